@@ -1,0 +1,7 @@
+"""ascendify: take PyTorch code written for NVIDIA GPUs to Huawei Ascend NPUs, and prove the result is right and fast.
+
+Importing this package is cheap and never imports torch; each capability lives in its own sub-package
+(``migrate``, ``emulator``, ``auto``, ...) and is loaded on demand.
+"""
+
+__version__ = "0.1.0"

@@ -1,0 +1,3 @@
+from ascendify.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,69 @@
+"""The ``ascendify`` command: one verb per capability.
+
+Each verb lives in ``ascendify/<capability>/command.py`` and exposes ``HELP`` (one line),
+``add_arguments(parser)`` and ``run(args) -> int``. Command modules must import nothing heavy at module
+level (no torch): ``ascendify migrate`` runs where torch is not installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from ascendify import __version__
+
+# verb -> module; order is the order shown in --help
+VERBS: dict[str, str] = {
+    "migrate": "ascendify.migrate.command",
+    "emulate": "ascendify.emulator.command",
+    "run": "ascendify.auto.command",
+}
+
+
+def _load(module: str):
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as e:
+        if e.name and e.name.startswith("ascendify"):
+            return None  # capability not built yet
+        raise
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="ascendify",
+        description="Take PyTorch code written for NVIDIA GPUs to Huawei Ascend NPUs, and prove it right and fast.",
+    )
+    parser.add_argument("--version", action="version", version=f"ascendify {__version__}")
+    sub = parser.add_subparsers(dest="verb", metavar="COMMAND")
+    for verb, module in VERBS.items():
+        mod = _load(module)
+        if mod is None:
+            continue
+        p = sub.add_parser(
+            verb,
+            help=mod.HELP,
+            description=getattr(mod, "DESCRIPTION", mod.HELP),
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        mod.add_arguments(p)
+        p.set_defaults(_run=mod.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    if not getattr(args, "_run", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args._run(args) or 0)
+    except KeyboardInterrupt:
+        print("ascendify: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,99 @@
+"""One answer to "which device is this?": small probes that never raise, asked in a fixed order.
+
+Everything in ascendify that needs to know the device asks this module (the style of HF accelerate's
+``is_<device>_available``). Probes import torch lazily; none of them initialises a device context beyond
+what ``is_available()`` does.
+
+Order of preference for :func:`default_device`: a real NPU (torch_npu), the emulated NPU when it is enabled,
+CUDA, XPU, MPS, then the CPU.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from functools import cache
+
+
+def torch_importable() -> bool:
+    return importlib.util.find_spec("torch") is not None
+
+
+@cache
+def torch_npu_installed() -> bool:
+    """True when a *real* torch_npu distribution is installed (the emulator's shim does not count)."""
+    try:
+        from importlib import metadata
+
+        metadata.distribution("torch-npu")
+        return True
+    except Exception:
+        return False
+
+
+def is_npu_available() -> bool:
+    """True when a real Ascend NPU is usable through torch_npu. Never raises."""
+    if not torch_npu_installed():
+        return False
+    try:
+        import torch
+        import torch_npu  # noqa: F401
+
+        return bool(torch.npu.is_available())
+    except Exception:
+        return False
+
+
+def is_emulated_npu_enabled() -> bool:
+    """True when ascendify's emulated ``npu`` device is active in this process. Never raises."""
+    import sys
+
+    emu = sys.modules.get("ascendify.emulator")
+    if emu is None:
+        return False
+    try:
+        return bool(emu.is_enabled())
+    except Exception:
+        return False
+
+
+def is_cuda_available() -> bool:
+    try:
+        import torch
+
+        return bool(torch.cuda.is_available())
+    except Exception:
+        return False
+
+
+def is_xpu_available() -> bool:
+    try:
+        import torch
+
+        return bool(hasattr(torch, "xpu") and torch.xpu.is_available())
+    except Exception:
+        return False
+
+
+def is_mps_available() -> bool:
+    try:
+        import torch
+
+        return bool(torch.backends.mps.is_available())
+    except Exception:
+        return False
+
+
+def emulation_requested() -> bool:
+    """True when the environment asks for the emulated NPU (``ASCENDIFY_EMULATE=npu``)."""
+    return os.environ.get("ASCENDIFY_EMULATE", "").strip().lower() == "npu"
+
+
+def default_device() -> str:
+    """The device type ascendify uses when the user names none: ``npu``, ``cuda``, ``xpu``, ``mps`` or ``cpu``."""
+    if is_npu_available() or is_emulated_npu_enabled():
+        return "npu"
+    for name, probe in (("cuda", is_cuda_available), ("xpu", is_xpu_available), ("mps", is_mps_available)):
+        if probe():
+            return name
+    return "cpu"

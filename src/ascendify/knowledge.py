@@ -1,0 +1,103 @@
+"""The knowledge base: facts about torch_npu shipped as package data (see ``data/PROVENANCE.md``).
+
+Every loader is cached and torch-free, so the static migration path stays fast and importable anywhere.
+
+>>> from ascendify import knowledge
+>>> knowledge.npu_name_exists("torch.npu.synchronize")
+True
+>>> knowledge.cuda_to_npu("torch.cuda.nvtx") is None
+True
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from importlib import resources
+from typing import Any
+
+
+@cache
+def load(name: str) -> dict[str, Any]:
+    """Return the parsed package-data file ``data/<name>.json``."""
+    with resources.files("ascendify.data").joinpath(f"{name}.json").open("r", encoding="utf-8") as f:
+        return json.load(f)
+
+
+@cache
+def npu_names() -> frozenset[str]:
+    """Every public dotted name that exists in torch_npu (``torch.npu.X`` is ``torch_npu.npu.X``)."""
+    api = load("torch_npu_api")
+    names = set(api["dotted_names"])
+    for n in list(names):
+        if n.startswith("torch_npu.npu."):
+            names.add("torch.npu." + n[len("torch_npu.npu.") :])
+        elif n.startswith("torch.npu."):
+            names.add("torch_npu.npu." + n[len("torch.npu.") :])
+    for op in api["torch_npu_ops"].get("public", []):
+        names.add(f"torch_npu.{op}")
+    return frozenset(names)
+
+
+def npu_name_exists(dotted: str) -> bool:
+    """True when ``dotted`` (or a parent module/class of it) is a known torch_npu name."""
+    names = npu_names()
+    if dotted in names:
+        return True
+    # a module path such as "torch.npu.amp" exists when anything lives under it
+    prefix = dotted + "."
+    return any(n.startswith(prefix) for n in names)
+
+
+@cache
+def cuda_to_npu_map() -> dict[str, str | None]:
+    """``torch.cuda.X`` -> ``torch.npu.Y`` (or None when torch_npu has no equivalent)."""
+    out: dict[str, str | None] = {}
+    for cuda_name, info in load("torch_npu_api")["torch_cuda_to_npu"].items():
+        out[cuda_name] = info.get("static_equivalent")
+    return out
+
+
+def cuda_to_npu(cuda_name: str) -> str | None:
+    """The torch_npu equivalent of a ``torch.cuda`` name, or None."""
+    return cuda_to_npu_map().get(cuda_name)
+
+
+def cuda_entry(cuda_name: str) -> dict[str, Any] | None:
+    """The full reference entry (equivalent, documented NPU name, support, constraints) of a ``torch.cuda`` name."""
+    return load("torch_npu_api")["torch_cuda_to_npu"].get(cuda_name)
+
+
+@cache
+def api_support() -> dict[str, dict[str, Any]]:
+    """Official NPU support list for torch 2.13, keyed by API name (``torch.nn.functional.gelu``...)."""
+    return {a["api"]: a for a in load("npu_api_support")["apis"]}
+
+
+@cache
+def unsupported_apis() -> frozenset[str]:
+    """APIs the official list marks unsupported on every chip family."""
+    return frozenset(k for k, a in api_support().items() if a.get("supported_any") is False)
+
+
+@cache
+def ops_without_npu_kernel() -> dict[str, dict[str, Any]]:
+    """ATen op families with no NPU kernel (CPU fallback on hardware), keyed by op name (``lgamma``)."""
+    return {o["name"]: o for o in load("npu_aten_op_coverage")["ops_without_any_npu_kernel"]}
+
+
+@cache
+def overloads_without_npu_kernel() -> frozenset[str]:
+    """Every ATen overload name (``lgamma``, ``lgamma.out``, ``_foreach_add.Tensor``) with no NPU kernel."""
+    cov = load("npu_aten_op_coverage")
+    out: set[str] = set()
+    for o in cov["ops_without_any_npu_kernel"]:
+        out.update(o.get("overloads") or [o["name"]])
+    for o in cov["ops_partially_covered"]:
+        out.update(o.get("missing_overloads") or [])
+    return frozenset(out)
+
+
+def provenance(name: str) -> dict[str, Any]:
+    """Where package-data file ``name`` comes from."""
+    return load(name)["provenance"]

@@ -1,0 +1,51 @@
+"""The package skeleton: CLI, knowledge base, atomic writes."""
+
+import subprocess
+import sys
+
+import pytest
+
+from ascendify import cli, fileio, knowledge
+
+
+def test_python_dash_m_prints_help():
+    r = subprocess.run([sys.executable, "-m", "ascendify", "--help"], capture_output=True, text=True)
+    assert r.returncode == 0
+    assert "ascendify" in r.stdout
+
+
+def test_no_verb_is_an_error(capsys):
+    assert cli.main([]) == 2
+
+
+def test_knowledge_base_has_provenance_and_facts():
+    for name in ("torch_npu_api", "npu_api_support", "npu_aten_op_coverage", "transfer_to_npu_patches"):
+        prov = knowledge.provenance(name)
+        assert prov["derived_from"].startswith("shared/reference/")
+        assert len(prov["sha256_16"]) == 16
+    assert knowledge.npu_name_exists("torch.npu.synchronize")
+    assert knowledge.npu_name_exists("torch_npu.npu.synchronize")
+    assert not knowledge.npu_name_exists("torch.npu.nvtx")
+    assert knowledge.cuda_to_npu("torch.cuda.CUDAGraph") == "torch.npu.NPUGraph"
+    assert knowledge.cuda_to_npu("torch.cuda.nvtx") is None
+    assert "lgamma" in knowledge.ops_without_npu_kernel()
+
+
+def test_package_import_does_not_import_torch():
+    code = "import sys, ascendify, ascendify.cli, ascendify.knowledge; print('torch' in sys.modules)"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert r.stdout.strip() == "False"
+
+
+def test_write_atomic_leaves_no_temp_on_failure(tmp_path, monkeypatch):
+    target = tmp_path / "x.txt"
+    target.write_text("old")
+
+    def boom(*a, **k):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(fileio.os, "replace", boom)
+    with pytest.raises(OSError):
+        fileio.write_atomic(target, "new")
+    assert target.read_text() == "old"
+    assert [p.name for p in tmp_path.iterdir()] == ["x.txt"]
