@@ -30,7 +30,7 @@ def _load(module: str):
         raise
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ascendify",
         description="Take PyTorch code written for NVIDIA GPUs to Huawei Ascend NPUs, and prove it right and fast.",
@@ -38,6 +38,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"ascendify {__version__}")
     sub = parser.add_subparsers(dest="verb", metavar="COMMAND")
     for verb, module in VERBS.items():
+        if only is not None and verb != only:
+            continue  # load just the verb asked for: each verb's imports stay its own (migrate never imports torch)
         mod = _load(module)
         if mod is None:
             continue
@@ -53,8 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser(argv[0] if argv and argv[0] in VERBS else None)
+    args = parser.parse_args(argv)
     if not getattr(args, "_run", None):
         parser.print_help()
         return 2

@@ -1,0 +1,14 @@
+"""``ascendify migrate``: the tool migration. Torch-free: it reads and writes code, it never runs it.
+
+Pieces: ``source`` (bytes, encodings, positions), ``imports`` (names through aliases), ``dataflow`` (device and
+backend positions), ``rules/`` (the rule registry), ``engine`` (one file), ``runner`` (trees, bad input,
+parallelism), ``native`` (.cu/.cpp op scan), ``report`` (report files, terminal summary), ``command`` (CLI).
+
+>>> from ascendify.migrate import migrate_source, Options
+>>> migrate_source("import torch\\nx = x.cuda()\\n", Options(target="npu"))[0]
+'import torch\\nimport torch_npu\\nx = x.npu()\\n'
+"""
+
+from .engine import Options, migrate_source
+
+__all__ = ["Options", "migrate_source"]

@@ -1,0 +1,489 @@
+"""Convert one Python source: parse with ``ast``, run the rules, apply their edits to the original text.
+
+Every edit replaces an exact character span of the original text that a rule first checked (the text there
+must be what the rule expects), so everything outside the edits (formatting, comments, line endings, the
+encoding) is kept byte for byte. The result is parsed again; a change that would break it is dropped and
+listed instead.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import time
+from dataclasses import dataclass
+
+from . import portable
+from .dataflow import Roles
+from .imports import ImportTable, dotted_parts
+from .model import ADVICE, API, CHANGE, MANUAL, REPORT, REVIEW, UNSAFE, UNSUPPORTED, Edit, FileResult, Finding
+from .rules import RULES, Rule
+from .rules.base import NPU
+from .rules.base import UNSAFE as UNSAFE_GRADE
+from .source import SourceFile
+from .walk import Index
+
+
+@dataclass
+class Options:
+    target: str = NPU
+    unsafe: bool = False
+    select: tuple[str, ...] = ()
+    ignore: tuple[str, ...] = ()
+
+    def enabled(self, rule: Rule) -> bool:
+        if self.target not in rule.targets:
+            return False
+        if self.select and not any(rule.id.startswith(s) for s in self.select):
+            return False
+        return not any(rule.id.startswith(s) for s in self.ignore)
+
+
+def active_rules(options: Options) -> list[Rule]:
+    return [r for r in RULES.values() if options.enabled(r)]
+
+
+_WS = re.compile(r"\s+")
+
+
+class Context:
+    """What a rule sees: the source, names resolved through imports, device roles, and ways to record results."""
+
+    def __init__(self, src: SourceFile, tree: ast.Module, options: Options):
+        self.src = src
+        self.tree = tree
+        self.options = options
+        self.target = options.target
+        self.index = Index(tree)
+        self.imports = ImportTable.from_nodes(self.index.imports, self.index.top_ids)
+        self.roles = Roles(tree, self.imports, self.index)
+        self.findings: list[Finding] = []
+        self.need_imports: list[str] = []  # modules to import at the top ("torch_npu", "torch")
+        self.claimed: set[int] = set()
+        self.rewritten_locals: set[str] = set()  # local names whose import statement is rewritten
+        self.rule: Rule | None = None
+        self.parents = self.index.parents
+        self.in_fstring = self.index.in_fstring
+        self.need_device_type = False  # portable: DEVICE_TYPE must be defined after the imports
+        self._dt_state: str | None = None
+
+    # -- names and text ----------------------------------------------------------------------------------
+    def qname(self, node: ast.AST) -> str | None:
+        return self.imports.qualify(node)
+
+    def parent(self, node: ast.AST) -> ast.AST | None:
+        return self.parents.get(id(node))
+
+    def seg(self, node: ast.AST) -> str:
+        return self.src.segment(node)
+
+    def span(self, node: ast.AST) -> tuple[int, int]:
+        return self.src.span(node)
+
+    def claim(self, node: ast.AST) -> bool:
+        """Mark ``node`` handled; False when another rule already handled it."""
+        if id(node) in self.claimed:
+            return False
+        self.claimed.add(id(node))
+        return True
+
+    def is_claimed(self, node: ast.AST) -> bool:
+        return id(node) in self.claimed
+
+    def ref(self, qualified: str) -> str:
+        """Text naming ``qualified`` here: through an existing import, else a new top-level import."""
+        local = self.imports.local_for(qualified)
+        if local is not None:
+            return local
+        root = qualified.split(".")[0]
+        if root not in self.need_imports:
+            self.need_imports.append(root)
+        return qualified
+
+    def device_type_expr(self) -> str:
+        """A device-type string for the portable target: the current accelerator's, else ``"cpu"``.
+
+        ``DEVICE_TYPE``, defined once after the file's imports (reused when a previous run defined it), or the
+        inline expression where that name is taken by the file itself.
+        """
+        torch = self.ref("torch")
+        state = self._device_type_state()
+        if state == "taken":
+            return portable.device_type_expr(torch)
+        if state == "missing":
+            self.need_device_type = True
+        return portable.DEVICE_TYPE_NAME
+
+    def _device_type_state(self) -> str:
+        """"defined" (by a previous run), "taken" (the file uses the name otherwise) or "missing"."""
+        if self._dt_state is None:
+            name = portable.DEVICE_TYPE_NAME
+            state = "missing"
+            if name in self.imports.names:
+                state = "taken"
+            for node in self.index.order:
+                if isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Store):
+                    stmt = self.parent(node)
+                    ok = (isinstance(stmt, ast.Assign) and id(stmt) in self.index.top_ids and len(stmt.targets) == 1
+                          and "accelerator.current_accelerator" in self.seg(stmt.value))
+                    state = "defined" if ok and state != "taken" else "taken"
+                elif isinstance(node, (ast.FunctionDef, ast.ClassDef, ast.arg)) and getattr(
+                        node, "name", getattr(node, "arg", None)) == name:
+                    state = "taken"
+            self._dt_state = state
+        return self._dt_state
+
+    def device_literal(self, value: str) -> str:
+        """Replacement text for a device string such as ``"cuda"``/``"cuda:1"`` on this target."""
+        kind, _, index = value.partition(":")
+        if self.target == NPU:
+            return repr("npu" + (":" + index if index else ""))
+        expr = self.device_type_expr()
+        return f'{expr} + ":{index}"' if index else expr
+
+    # -- edits -------------------------------------------------------------------------------------------
+    def replace(self, node: ast.AST, text: str) -> Edit:
+        a, b = self.span(node)
+        return Edit(a, b, text)
+
+    def chain_edit(self, node: ast.AST, new_qualified: str) -> Edit | None:
+        """Rewrite a dotted name (any alias) to ``new_qualified``; None when its text is not a plain chain."""
+        parts = dotted_parts(node)
+        if parts is None or id(node) in self.in_fstring and "\n" in self.seg(node):
+            return None
+        if _WS.sub("", self.seg(node)) != ".".join(parts):
+            return None
+        return self.replace(node, self.ref(new_qualified))
+
+    def insert_first_arg(self, call: ast.Call, text: str) -> Edit | None:
+        """Insert ``text`` as the first argument of ``call`` (a ``, `` follows when there are arguments)."""
+        a, b = self.span(call)
+        fa, fb = self.span(call.func)
+        body = self.src.text[fb:b]
+        m = re.match(r"\s*\(", body)
+        if not m:
+            return None
+        pos = fb + m.end()
+        has_args = bool(call.args or call.keywords)
+        return Edit(pos, pos, text + (", " if has_args else ""))
+
+    # -- results -----------------------------------------------------------------------------------------
+    def _lines(self, node: ast.AST | None, line: int | None = None) -> tuple[int, int]:
+        if node is not None and hasattr(node, "lineno"):
+            return node.lineno, node.end_lineno or node.lineno
+        return line or 1, line or 1
+
+    def change(self, node: ast.AST, edits: list[Edit | None], *, api: str = "", message: str = "") -> bool:
+        """Record a conversion of ``node``; False (and a manual report) when an edit could not be made."""
+        rule = self.rule
+        line, end = self._lines(node)
+        if any(e is None for e in edits) or not edits:
+            self.report(node, api=api, severity=MANUAL, reason=f"{message} (the code's layout is unusual: "
+                        "convert by hand)" if message else "could not rewrite this site safely: convert by hand",
+                        tip="")
+            return False
+        eds = [e for e in edits if e is not None]
+        if id(node) in self.in_fstring:
+            eds = self._fstring_quotes(node, eds)
+        if rule is not None and rule.safety == UNSAFE_GRADE and not self.options.unsafe:
+            before, after = self._before_after(eds)
+            self.findings.append(Finding(rule.id, REPORT, line, end, api=api, severity=UNSAFE,
+                                         message=message or rule.summary,
+                                         tip=f"run with --unsafe to apply: {after.strip()}", before=before))
+            return False
+        before, after = self._before_after(eds)
+        lo = min(self.src.line_of(e.start) for e in eds)
+        hi = max(self.src.line_of(max(e.end - 1, e.start)) for e in eds)
+        self.findings.append(Finding(rule.id if rule else "ASC000", CHANGE, min(lo, line), max(hi, lo),
+                                     api=api, message=message or (rule.summary if rule else ""),
+                                     before=before, after=after, edits=eds))
+        return True
+
+    def _fstring_quotes(self, node: ast.AST, edits: list[Edit]) -> list[Edit]:
+        """Inside an f-string (Python < 3.12) a replacement must not use the f-string's own quote."""
+        p = node
+        while p is not None and not isinstance(p, ast.JoinedStr):
+            p = self.parent(p)
+        if p is None:
+            return edits
+        seg = self.seg(p).lstrip("rRbBuUfF")
+        q = seg[:1]
+        other = "'" if q == '"' else '"'
+        return [Edit(e.start, e.end, e.text.replace(q, other)) if q in e.text else e for e in edits]
+
+    def report(self, node: ast.AST | None, *, api: str = "", reason: str, tip: str = "",
+               severity: str = UNSUPPORTED, line: int | None = None, gloss: str = "") -> None:
+        l0, l1 = self._lines(node, line)
+        kind = REPORT if (self.rule is None or self.rule.category == "cuda") else API
+        self.findings.append(Finding(self.rule.id if self.rule else "ASC000", kind, l0, l1, api=api,
+                                     message=reason, tip=tip, severity=severity, gloss=gloss,
+                                     before=self.src.line_text(l0).strip()))
+
+    def advise(self, node: ast.AST | None, *, api: str = "", message: str, tip: str = "",
+               line: int | None = None) -> None:
+        l0, l1 = self._lines(node, line)
+        self.findings.append(Finding(self.rule.id if self.rule else "ASC000", ADVICE, l0, l1, api=api,
+                                     message=message, tip=tip, before=self.src.line_text(l0).strip()))
+
+    def _before_after(self, edits: list[Edit]) -> tuple[str, str]:
+        lo = min(self.src.line_of(e.start) for e in edits)
+        hi = max(self.src.line_of(max(e.end - 1, e.start)) for e in edits)
+        a = self.src.line_starts[lo - 1]
+        b = self.src.line_starts[hi] if hi < len(self.src.line_starts) else len(self.src.text)
+        return self.src.text[a:b].strip(), apply_edits(self.src.text, edits, a, b).strip()
+
+    def hole(self, node: ast.AST) -> str:
+        """Placeholder for ``node``'s original text, with any edits made inside it (see :func:`hole`)."""
+        return hole(*self.span(node))
+
+    def hole_span(self, a: int, b: int) -> str:
+        return hole(a, b)
+
+
+_HOLE = re.compile("\x00(\\d+):(\\d+)\x00")
+
+
+def hole(a: int, b: int) -> str:
+    """A placeholder, inside an edit's text, for the original text ``[a, b)`` with the edits made inside it.
+
+    Lets an outer rewrite (``torch.cuda.get_device_properties(...)`` guarded) carry inner ones
+    (``torch.cuda.current_device()`` in its arguments) whichever rule ran first. NUL never occurs in a parsed
+    source file, so the marker cannot clash with real text.
+    """
+    return f"\x00{a}:{b}\x00"
+
+
+def holes(e: Edit) -> list[tuple[int, int]]:
+    return [(int(m.group(1)), int(m.group(2))) for m in _HOLE.finditer(e.text)] if "\x00" in e.text else []
+
+
+def nested_in(inner: Edit, outer: Edit) -> bool:
+    """``inner`` lies inside one of ``outer``'s holes (so it is applied within ``outer``'s text)."""
+    return inner is not outer and any(a <= inner.start and inner.end <= b for a, b in holes(outer))
+
+
+def apply_edits(text: str, edits: list[Edit], start: int = 0, end: int | None = None) -> str:
+    """``text[start:end]`` with ``edits`` (absolute offsets) applied, holes filled recursively."""
+    end = len(text) if end is None else end
+    inside = [e for e in edits if start <= e.start and e.end <= end]
+    top = [e for e in inside if not any(nested_in(e, o) for o in inside)]
+    out, pos = [], start
+    for e in sorted(top, key=lambda e: (e.start, e.end)):
+        if e.start < pos:  # overlapping edits are resolved before; never apply two over the same text
+            continue
+        out.append(text[pos : e.start])
+        if "\x00" in e.text:
+            pool = [x for x in inside if x is not e]
+            out.append(_HOLE.sub(lambda m, pool=pool: apply_edits(text, pool, int(m.group(1)), int(m.group(2))),
+                                 e.text))
+        else:
+            out.append(e.text)
+        pos = e.end
+    out.append(text[pos:end])
+    return "".join(out)
+
+
+# ---------------------------------------------------------------------------------------------------------
+def _index(ctx: Context) -> dict[str, list[ast.AST]]:
+    """The nodes of each hook, from the context's single traversal."""
+    idx = ctx.index
+    names = ctx.imports.names
+    chains = []
+    for node in idx.chains:
+        root = node
+        while type(root) is ast.Attribute:
+            root = root.value
+        if type(root) is ast.Name and root.id in names:
+            chains.append(node)
+    return {
+        "import": idx.imports,
+        "call": idx.calls,
+        "compare": idx.compares,
+        "string": idx.strings,
+        "attribute": idx.attributes,
+        "chain": chains,
+        "device_value": [n for n in ctx.roles.nodes if ctx.roles.get(n) == "device"],
+        "backend_value": [n for n in ctx.roles.nodes if ctx.roles.get(n) == "backend"],
+    }
+
+
+def run_rules(ctx: Context, rules: list[Rule]) -> None:
+    by_hook = _index(ctx)
+    for hook in ("import", "device_value", "backend_value", "call", "chain", "attribute", "compare", "string"):
+        hook_rules = [r for r in rules if hook in r.hooks]
+        if not hook_rules:
+            continue
+        for node in by_hook[hook]:
+            for r in hook_rules:
+                ctx.rule = r
+                r.check(ctx, node)
+    for r in rules:
+        if "module" in r.hooks:
+            ctx.rule = r
+            r.check(ctx, ctx.tree)
+    ctx.rule = None
+
+
+def _import_anchor(ctx: Context) -> int | None:
+    """Line after which a new top-level import goes (0: before the first statement)."""
+    body = ctx.tree.body
+    torch_stmt = future = doc = None
+    for i, stmt in enumerate(body):
+        if i == 0 and isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant) and isinstance(
+            stmt.value.value, str
+        ):
+            doc = stmt
+        elif isinstance(stmt, ast.ImportFrom) and stmt.module == "__future__":
+            future = stmt
+        elif isinstance(stmt, ast.Import) and any(a.name == "torch" or a.name.startswith("torch.") for a in stmt.names):
+            torch_stmt = torch_stmt or stmt
+        elif isinstance(stmt, ast.ImportFrom) and stmt.module and (stmt.module == "torch" or stmt.module.startswith(
+                "torch.")) and not stmt.level:
+            torch_stmt = torch_stmt or stmt
+    anchor = torch_stmt or future or doc
+    return anchor.end_lineno if anchor is not None else 0
+
+
+def _leading_imports_end(ctx: Context) -> int:
+    """Last line of the file's leading block of imports (0: none, after a docstring: its last line)."""
+    end = 0
+    for i, stmt in enumerate(ctx.tree.body):
+        if i == 0 and isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant) and isinstance(
+                stmt.value.value, str):
+            end = stmt.end_lineno
+        elif isinstance(stmt, (ast.Import, ast.ImportFrom)):
+            end = stmt.end_lineno
+        elif isinstance(stmt, ast.Try) and all(isinstance(b, (ast.Import, ast.ImportFrom)) for b in stmt.body):
+            end = stmt.end_lineno
+        else:
+            break
+    return end
+
+
+def _insert_device_type(ctx: Context) -> Edit:
+    src = ctx.src
+    nl = src.newline
+    torch = ctx.imports.local_for("torch") or "torch"
+    text = portable.device_type_block(torch, nl)
+    after = _leading_imports_end(ctx)
+    if after == 0:
+        first = ctx.tree.body[0] if ctx.tree.body else None
+        pos = src.line_starts[first.lineno - 1] if first is not None else len(src.text)
+        return Edit(pos, pos, text.lstrip("\r\n") + nl)
+    if after < len(src.line_starts):
+        pos = src.line_starts[after]
+        if pos == len(src.text) and not src.text.endswith(("\n", "\r")):
+            text = nl + text
+        return Edit(pos, pos, text)
+    return Edit(len(src.text), len(src.text), nl + text.rstrip("\r\n"))
+
+
+def _insert_imports(ctx: Context, modules: list[str]) -> Edit | None:
+    if not modules:
+        return None
+    src = ctx.src
+    nl = src.newline
+    after = _import_anchor(ctx)
+    text = "".join(f"import {m}{nl}" for m in modules)
+    if after == 0:
+        first = ctx.tree.body[0] if ctx.tree.body else None
+        pos = src.line_starts[first.lineno - 1] if first is not None else len(src.text)
+        if first is None and src.text and not src.text.endswith(("\n", "\r")):
+            text = nl + text
+        return Edit(pos, pos, text)
+    if after < len(src.line_starts):
+        pos = src.line_starts[after]
+        if pos == len(src.text) and not src.text.endswith(("\n", "\r")):
+            text = nl + text
+        return Edit(pos, pos, text)
+    return Edit(len(src.text), len(src.text), nl + text.rstrip("\r\n"))
+
+
+def _resolve_conflicts(findings: list[Finding]) -> None:
+    """Overlapping edits: keep the first change, turn the later one into a manual report."""
+    taken: list[Edit] = []
+    for f in findings:
+        if f.kind != CHANGE:
+            continue
+        clash = any(
+            e.start < t.end and t.start < e.end and not nested_in(e, t) and not nested_in(t, e)
+            for e in f.edits
+            for t in taken
+        )
+        if clash:
+            f.kind, f.severity = REPORT, MANUAL
+            f.message = f"{f.message} (overlaps another change: convert by hand)"
+            f.tip, f.edits, f.after = f.after, [], ""
+            continue
+        taken.extend(f.edits)
+
+
+def _keep_parsable(text: str, findings: list[Finding]) -> str:
+    """Add the changes one at a time; one that makes the file unparsable becomes a manual report."""
+    kept: list[Edit] = []
+    for f in findings:
+        if f.kind != CHANGE:
+            continue
+        trial = kept + f.edits
+        try:
+            ast.parse(apply_edits(text, trial))
+        except SyntaxError as e:
+            f.kind, f.severity = REPORT, MANUAL
+            f.message = f"{f.message} (the rewrite did not parse here: {e.msg}; convert by hand)"
+            f.tip, f.edits, f.after = f.after, [], ""
+            continue
+        kept = trial
+    return apply_edits(text, kept)
+
+
+def migrate_source(data: bytes | str, options: Options, path: str = "<string>") -> tuple[bytes | str, FileResult]:
+    """Convert one file's content. Returns (new content of the same type, result). Raises SyntaxError,
+    ``DecodeError``."""
+    t0 = time.perf_counter()
+    src = SourceFile.from_bytes(data) if isinstance(data, bytes) else SourceFile.from_text(data)
+    tree = ast.parse(src.text, filename=path)
+    ctx = Context(src, tree, options)
+    run_rules(ctx, active_rules(options))
+    from .rules.leftovers import scan_leftovers
+
+    scan_leftovers(ctx)
+    findings = ctx.findings
+    _resolve_conflicts(findings)
+    edits = [e for f in findings if f.kind == CHANGE for e in f.edits]
+    result = FileResult(path=path, status="unchanged", lines=src.line_count(), parsed=True)
+    new_text = src.text
+    if edits:
+        needs = sorted(ctx.need_imports, key=lambda m: (m != "torch", m))  # torch first
+        if (options.target == NPU and "torch_npu" not in needs and not ctx.imports.imports_module("torch_npu")
+                and options.enabled(RULES["ASC001"])):
+            needs.append("torch_npu")
+        imp = _insert_imports(ctx, needs)
+        if imp is not None:
+            edits.append(imp)
+            line = src.line_of(imp.start) if imp.start < len(src.text) else src.line_count()
+            findings.append(Finding("ASC001", CHANGE, line, line, api=", ".join(needs),
+                                    message=f"add `import {', '.join(needs)}` once",
+                                    before="", after=imp.text.strip(), edits=[imp]))
+        if ctx.need_device_type:
+            dt = _insert_device_type(ctx)
+            edits.append(dt)
+            line = src.line_of(dt.start) if dt.start < len(src.text) else src.line_count()
+            findings.append(Finding("ASC001", CHANGE, line, line, api=portable.DEVICE_TYPE_NAME,
+                                    message=f"define {portable.DEVICE_TYPE_NAME} once after the imports",
+                                    before="", after=dt.text.strip(), edits=[dt]))
+        new_text = apply_edits(src.text, edits)
+        try:
+            ast.parse(new_text)
+        except SyntaxError:  # some change broke the code: keep only the changes that parse
+            new_text = _keep_parsable(src.text, findings)
+        result.status = "changed" if new_text != src.text else "unchanged"
+    findings.sort(key=lambda f: (f.line, f.rule, f.kind))
+    result.findings = findings
+    result.seconds = time.perf_counter() - t0
+    out: bytes | str = src.encode(new_text) if isinstance(data, bytes) else new_text
+    if isinstance(data, bytes) and new_text == src.text:
+        out = data
+    return out, result
+
+
+__all__ = ["Options", "Context", "migrate_source", "apply_edits", "active_rules", "REVIEW"]

@@ -1,0 +1,90 @@
+"""The data the migration produces: edits, findings, per-file results. Plain dataclasses, JSON-ready."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+# Finding kinds
+CHANGE = "change"  # a CUDA site that was converted
+REPORT = "report"  # a CUDA site listed, not converted (severity says why)
+API = "api"  # a torch API with limits on the NPU (unsupported, limited, no kernel, float64)
+ADVICE = "advice"  # precision / performance advice
+
+# Severities of REPORT rows
+UNSUPPORTED = "unsupported"  # no equivalent on the target
+MANUAL = "manual"  # needs a person (report-only rule, or a rewrite that could not be made safely)
+UNSAFE = "unsafe-fix"  # a fix exists but is only applied with --unsafe
+REVIEW = "review"  # a CUDA token no rule claimed: listed so nothing is left behind silently
+CUDA_KINDS = (CHANGE, REPORT)
+
+
+@dataclass(frozen=True)
+class Edit:
+    start: int
+    end: int
+    text: str
+
+
+@dataclass
+class Finding:
+    rule: str
+    kind: str
+    line: int
+    end_line: int
+    api: str = ""
+    message: str = ""
+    tip: str = ""
+    severity: str = ""
+    before: str = ""
+    after: str = ""
+    gloss: str = ""
+    edits: list[Edit] = field(default_factory=list, repr=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in _FINDING_FIELDS}
+
+
+_FINDING_FIELDS = tuple(f.name for f in fields(Finding) if f.name != "edits")
+
+
+@dataclass
+class FileResult:
+    path: str  # relative to its input root, with "/" separators
+    status: str  # "changed" | "unchanged" | "skipped" | "copied" (not Python) | "error"
+    lines: int = 0
+    reason: str = ""  # why skipped
+    findings: list[Finding] = field(default_factory=list)
+    native_ops: list[dict[str, Any]] = field(default_factory=list)  # from .cu/.cpp scanning
+    parsed: bool = False
+    seconds: float = 0.0
+
+    def count(self, kind: str, severity: str | None = None) -> int:
+        return sum(1 for f in self.findings if f.kind == kind and (severity is None or f.severity == severity))
+
+    def summary(self) -> dict[str, int]:
+        converted = self.count(CHANGE)
+        unsupported = self.count(REPORT, UNSUPPORTED)
+        review = self.count(REPORT, REVIEW)
+        listed = self.count(REPORT) - unsupported
+        return {
+            "cuda_sites": converted + self.count(REPORT),
+            "converted": converted,
+            "report_only": listed - review,
+            "unsupported": unsupported,
+            "unclaimed": review,
+            "api_notes": self.count(API),
+            "advice": self.count(ADVICE),
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "status": self.status,
+            "lines": self.lines,
+            "reason": self.reason,
+            "parsed": self.parsed,
+            "summary": self.summary(),
+            "findings": [f.to_dict() for f in self.findings],
+            "native_ops": self.native_ops,
+        }

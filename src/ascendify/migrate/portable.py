@@ -1,0 +1,102 @@
+"""Device-agnostic PyTorch spellings for the ``--to portable`` target (torch >= 2.6; checked against torch 2.13).
+
+The portable code runs unchanged on NPU (torch_npu), CUDA, XPU, MPS and the CPU: the device is the current
+accelerator when one is available, else the CPU; calls that need an accelerator are guarded.
+"""
+
+from __future__ import annotations
+
+
+def device_type_expr(torch: str = "torch") -> str:
+    """A ``str`` expression: ``"npu"``/``"cuda"``/... when an accelerator is usable, else ``"cpu"``."""
+    return f'({torch}.accelerator.current_accelerator(check_available=True) or {torch}.device("cpu")).type'
+
+
+# The portable output names the device type once per file, after its imports:
+#     # ascendify: the accelerator's device type ("npu", "cuda", "xpu", "mps"), else "cpu"
+#     DEVICE_TYPE = (torch.accelerator.current_accelerator(check_available=True) or torch.device("cpu")).type
+DEVICE_TYPE_NAME = "DEVICE_TYPE"
+DEVICE_TYPE_COMMENT = '# ascendify: the accelerator\'s device type ("npu", "cuda", "xpu", "mps"), else "cpu"'
+
+
+def device_type_definition(torch: str = "torch") -> str:
+    return f"{DEVICE_TYPE_NAME} = {device_type_expr(torch)}"
+
+
+def device_type_block(torch: str = "torch", nl: str = "\n") -> str:
+    """The lines added after a file's imports (with a blank line before them)."""
+    return f"{nl}{DEVICE_TYPE_COMMENT}{nl}{device_type_definition(torch)}{nl}"
+
+
+def accel_available(torch: str = "torch") -> str:
+    return f"{torch}.accelerator.is_available()"
+
+
+# torch.cuda.X -> (torch.<replacement>, value when no accelerator is available or None for "no guard")
+# "NOGUARD" means the replacement works without an accelerator.
+NOGUARD = object()
+CUDA_TO_PORTABLE: dict[str, tuple[str, object]] = {
+    "is_available": ("accelerator.is_available", NOGUARD),
+    "device_count": ("accelerator.device_count", NOGUARD),
+    "current_device": ("accelerator.current_device_index", "0"),
+    "set_device": ("accelerator.set_device_index", "None"),
+    "synchronize": ("accelerator.synchronize", "None"),
+    "empty_cache": ("accelerator.empty_cache", "None"),
+    "memory_allocated": ("accelerator.memory_allocated", "0"),
+    "max_memory_allocated": ("accelerator.max_memory_allocated", "0"),
+    "memory_reserved": ("accelerator.memory_reserved", "0"),
+    "max_memory_reserved": ("accelerator.max_memory_reserved", "0"),
+    "memory_stats": ("accelerator.memory_stats", "{}"),
+    "reset_peak_memory_stats": ("accelerator.reset_peak_memory_stats", "None"),
+    "reset_accumulated_memory_stats": ("accelerator.reset_accumulated_memory_stats", "None"),
+    "mem_get_info": ("accelerator.get_memory_info", "(0, 0)"),
+    "current_stream": ("get_device_module().current_stream", NOGUARD),  # torch.cpu has a dummy stream
+    "stream": ("get_device_module().stream", NOGUARD),
+    "set_stream": ("accelerator.set_stream", "None"),
+    "Stream": ("Stream", NOGUARD),
+    "Event": ("Event", NOGUARD),
+}
+
+# torch.cuda.X -> torch.get_device_module().X (the current accelerator's module: torch.npu, torch.cuda, ...),
+# guarded, with this value when no accelerator is available.
+DEVICE_MODULE_DEFAULTS: dict[str, str] = {
+    "manual_seed": "None",
+    "manual_seed_all": "None",
+    "seed": "None",
+    "seed_all": "None",
+    "set_rng_state": "None",
+    "set_rng_state_all": "None",
+    "get_rng_state": "None",
+    "get_device_name": '"cpu"',
+    "get_device_properties": "None",
+    "is_bf16_supported": "True",
+    "utilization": "0",
+    "ipc_collect": "None",
+}
+
+# Legacy typed constructors torch.cuda.<X>Tensor -> dtype
+LEGACY_TENSOR_DTYPES: dict[str, str] = {
+    "FloatTensor": "float32", "DoubleTensor": "float64", "HalfTensor": "float16", "BFloat16Tensor": "bfloat16",
+    "LongTensor": "int64", "IntTensor": "int32", "ShortTensor": "int16", "CharTensor": "int8",
+    "ByteTensor": "uint8", "BoolTensor": "bool",
+}
+
+# Names every torch 2.13 build has (a test checks them by introspection).
+TORCH_NAMES_USED = sorted(
+    {"torch." + v[0] for v in CUDA_TO_PORTABLE.values()}
+    | {
+        "torch.accelerator.current_accelerator",
+        "torch.accelerator.is_available",
+        "torch.amp.autocast",
+        "torch.amp.GradScaler",
+        "torch.amp.custom_fwd",
+        "torch.amp.custom_bwd",
+        "torch.distributed.get_default_backend_for_device",
+        "torch.get_device_module",
+        "torch.Tensor.is_cpu",
+        "torch.cpu.current_stream",
+        "torch.cpu.stream",
+        "torch.tensor",
+        "torch.empty",
+    }
+)

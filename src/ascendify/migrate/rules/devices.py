@@ -1,0 +1,370 @@
+"""Device rules: ``.cuda()``, ``.is_cuda``, device strings, device-type comparisons."""
+
+from __future__ import annotations
+
+import ast
+import re
+
+from ascendify.device_apis import is_device_string
+
+from ..dataflow import is_device_name
+from ..imports import dotted_parts
+from ..model import MANUAL, Edit
+from ..portable import device_type_block
+from .base import NPU, PORTABLE, Example, rule
+
+DT_BLOCK = device_type_block()
+
+
+def _portable_device(ctx) -> str:
+    return ctx.device_type_expr()
+
+
+@rule(
+    "ASC101",
+    "cuda-method",
+    "`.cuda()` moves a tensor or module to the CUDA device",
+    hooks=("call",),
+    doc="""
+    ## What it does
+    Rewrites `x.cuda()`, `x.cuda(i)` and `x.cuda(non_blocking=True)` on tensors and modules.
+
+    ## Why
+    `.cuda()` fails where there is no CUDA device. torch_npu adds `.npu()` with the same arguments; device-agnostic
+    code moves with `.to(device)`.
+
+    ## Example
+    `model.cuda()`, `x.cuda(non_blocking=True)`, `storage.cuda(local_rank)`
+
+    ## Use instead
+    `--to npu`: `model.npu()`. `--to portable`: `model.to(<current accelerator or "cpu">)`.
+
+    ## Fix safety
+    Safe: the receiver of a `.cuda(...)` call is a tensor, a module or a storage in PyTorch code. A method called
+    `cuda` on a module object (`torch.cuda`) is not touched.
+    """,
+    examples=[
+        Example("model.cuda()\nx = x.cuda(non_blocking=True)\n", "model.npu()\nx = x.npu(non_blocking=True)\n"),
+        Example("y = x.cuda(1)\n", "y = x.npu(1)\n"),
+        Example(
+            "import torch\nx = x.cuda(non_blocking=True)\n",
+            "import torch\n" + DT_BLOCK + "x = x.to(DEVICE_TYPE, non_blocking=True)\n",
+            target=PORTABLE,
+        ),
+        Example("cuda = get_flag()\nprint(cuda)\n", None),
+    ],
+    emits_npu=("torch.Tensor.npu",),
+)
+def cuda_method(ctx, call: ast.Call) -> None:
+    func = call.func
+    if not isinstance(func, ast.Attribute) or func.attr != "cuda" or ctx.qname(func) is not None:
+        return
+    a, b = ctx.span(func)
+    if ctx.src.text[b - 4 : b] != "cuda":
+        return ctx.change(call, [None], api=".cuda()")
+    if ctx.target == NPU:
+        ctx.change(call, [type_edit(b - 4, b, "npu")], api=".cuda()", message="`.cuda()` -> `.npu()`")
+        return
+    dev = _portable_device(ctx)
+    edits = [type_edit(b - 4, b, "to")]
+    if call.args and not isinstance(call.args[0], ast.Starred):
+        idx = call.args[0]
+        ia, ib = ctx.span(idx)
+        edits.append(type_edit(ia, ib, f"{ctx.ref('torch.device')}({dev}, {ctx.hole_span(ia, ib)})"))
+    elif any(kw.arg == "device" for kw in call.keywords):
+        kw = next(k for k in call.keywords if k.arg == "device")
+        ia, ib = ctx.span(kw.value)
+        edits.append(type_edit(ia, ib, f"{ctx.ref('torch.device')}({dev}, {ctx.hole_span(ia, ib)})"))
+    else:
+        edits.append(ctx.insert_first_arg(call, dev))
+    ctx.change(call, edits, api=".cuda()", message="`.cuda()` -> `.to(device)`")
+
+
+def type_edit(a: int, b: int, text: str) -> Edit:
+    return Edit(a, b, text)
+
+
+@rule(
+    "ASC102",
+    "is-cuda",
+    "`x.is_cuda` asks whether a tensor is on the CUDA device",
+    hooks=("attribute",),
+    doc="""
+    ## What it does
+    Rewrites the `is_cuda` property of tensors.
+
+    ## Why
+    On Ascend a tensor on the device answers `is_npu`; `is_cuda` is always False there, so code paths that
+    depend on it silently take the CPU branch.
+
+    ## Example
+    `if x.is_cuda: ...`
+
+    ## Use instead
+    `--to npu`: `x.is_npu`. `--to portable`: `(not x.is_cpu)`.
+
+    ## Fix safety
+    Safe.
+    """,
+    examples=[
+        Example("if x.is_cuda:\n    pass\n", "if x.is_npu:\n    pass\n"),
+        Example("ok = x.is_cuda and y\n", "ok = (not x.is_cpu) and y\n", target=PORTABLE),
+    ],
+    emits_npu=("torch.Tensor.is_npu",),
+)
+def is_cuda(ctx, node: ast.Attribute) -> None:
+    if node.attr != "is_cuda" or ctx.qname(node) is not None:
+        return
+    a, b = ctx.span(node)
+    if ctx.src.text[b - 7 : b] != "is_cuda":
+        return ctx.change(node, [None], api=".is_cuda")
+    if ctx.target == NPU:
+        ctx.change(node, [type_edit(b - 7, b, "is_npu")], api=".is_cuda")
+    else:
+        va, vb = ctx.span(node.value)
+        ctx.change(node, [type_edit(a, b, f"(not {ctx.hole_span(va, vb)}.is_cpu)")], api=".is_cuda")
+
+
+_FSTR_HEAD = re.compile(r"^([rRbBuU]?[fF][rR]?)(['\"]{1,3})cuda:")
+
+
+@rule(
+    "ASC103",
+    "device-string",
+    'a `"cuda"` / `"cuda:N"` string used as a device',
+    hooks=("device_value",),
+    doc="""
+    ## What it does
+    Rewrites device strings where they are used as a device: arguments of device-taking APIs (`.to()`,
+    `torch.device()`, `device=`, `device_type=`, `map_location=` values), and values that flow there through a
+    variable (`device = "cuda"` ... `x.to(device)`), an attribute (`self.device = "cuda"`), an argparse default
+    (`add_argument("--device", default="cuda")`), a parameter default (`def f(device="cuda")`), the return value
+    of a function named for devices, and f-strings such as `f"cuda:{local_rank}"`. Integer device ids in
+    `device=N` and `.to(N)` (a CUDA device index in CUDA code) become explicit devices.
+
+    ## Why
+    `"cuda"` names a device that does not exist on Ascend. Tools that replace every `cuda` in every string also
+    break file names and log messages (`torch.load("ckpt_cuda.pt")`); this rule only touches device positions.
+
+    ## Example
+    `torch.device("cuda", local_rank)`, `x.to("cuda:0")`, `device = "cuda" if torch.cuda.is_available() else "cpu"`
+
+    ## Use instead
+    `--to npu`: `"npu"`, `"npu:0"`, `f"npu:{local_rank}"`. `--to portable`: `DEVICE_TYPE` (`DEVICE_TYPE + ":0"`,
+    `DEVICE_TYPE + f":{local_rank}"`), defined once after the file's imports as the current accelerator's type,
+    else `"cpu"`: `DEVICE_TYPE = (torch.accelerator.current_accelerator(check_available=True) or
+    torch.device("cpu")).type`.
+
+    ## Fix safety
+    Safe. Keys of a `map_location` dict are left as they are: they name where the checkpoint was saved.
+    """,
+    examples=[
+        Example('import torch\nx = x.to("cuda:0")\ndev = torch.device("cuda", 1)\n',
+                'import torch\nx = x.to("npu:0")\ndev = torch.device("npu", 1)\n'),
+        Example(
+            'import torch\ndevice = "cuda"\nx = torch.zeros(2, device=device)\n',
+            'import torch\nimport torch_npu\ndevice = "npu"\nx = torch.zeros(2, device=device)\n',
+        ),
+        Example('p.add_argument("--device", default="cuda")\n', 'p.add_argument("--device", default="npu")\n'),
+        Example('x = y.to(f"cuda:{rank}")\n', 'x = y.to(f"npu:{rank}")\n'),
+        Example(
+            'import torch\nsd = torch.load("ckpt_cuda.pt", map_location={"cuda:0": "cuda:1"})\n',
+            'import torch\nimport torch_npu\nsd = torch.load("ckpt_cuda.pt", map_location={"cuda:0": "npu:1"})\n',
+        ),
+        Example('print("running on cuda")\nname = "cuda"\nopen("model_cuda.pt")\n', None),
+        Example("import torch\nx = torch.zeros(2, device=0)\ny = x.to(1)\n",
+                'import torch\nx = torch.zeros(2, device="npu:0")\ny = x.to("npu:1")\n'),
+        Example(
+            'import torch\nx = x.to("cuda")\n',
+            "import torch\n" + DT_BLOCK + "x = x.to(DEVICE_TYPE)\n",
+            target=PORTABLE,
+        ),
+    ],
+)
+def device_string(ctx, node: ast.AST) -> None:
+    if id(node) in ctx.in_fstring or not ctx.claim(node):
+        return
+    if isinstance(node, ast.Constant) and type(node.value) is int:
+        p = ctx.parent(node)
+        if not ((isinstance(p, ast.keyword) and p.arg == "device") or (
+                isinstance(p, ast.Call) and isinstance(p.func, ast.Attribute) and p.func.attr == "to"
+                and p.args and p.args[0] is node)):
+            return
+        if ctx.target == NPU:
+            text = f'"npu:{node.value}"'
+        else:
+            text = f"{ctx.ref('torch.device')}({ctx.device_type_expr()}, {node.value})"
+        ctx.change(node, [ctx.replace(node, text)], api=f"device={node.value}",
+                   message="an integer device id means a CUDA device in CUDA code: name the device")
+    elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+        if not is_device_string(node.value, "cuda"):
+            return
+        seg = ctx.seg(node)
+        q = seg[-1:]
+        if seg[:1] not in "'\"" or seg[1 : len(seg) - 1] != node.value or q != seg[:1]:
+            return ctx.change(node, [None], api=repr(node.value))
+        text = ctx.device_literal(node.value)
+        if ctx.target == NPU:
+            text = q + text[1:-1] + q
+        elif _needs_parens(ctx, node) and " + " in text:
+            text = f"({text})"
+        ctx.change(node, [ctx.replace(node, text)], api=repr(node.value), message=f"device {seg} -> {text}")
+    elif isinstance(node, ast.JoinedStr):
+        seg = ctx.seg(node)
+        m = _FSTR_HEAD.match(seg)
+        if not m:
+            return
+        a, _ = ctx.span(node)
+        if ctx.target == NPU:
+            start = a + m.end() - len("cuda:")
+            ctx.change(node, [type_edit(start, start + 4, "npu")], api='f"cuda:..."')
+        else:
+            b = a + m.end()
+            text = f"{ctx.device_type_expr()} + {m.group(1)}{m.group(2)}:"
+            edits = [type_edit(a, b, text)]
+            if _needs_parens(ctx, node):
+                edits = [type_edit(a, b, "(" + text), type_edit(ctx.span(node)[1], ctx.span(node)[1], ")")]
+            ctx.change(node, edits, api='f"cuda:..."')
+    elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod) and isinstance(node.left, ast.Constant):
+        left = node.left.value
+        if isinstance(left, str) and left.startswith("cuda:"):
+            if ctx.target == NPU:
+                a, _ = ctx.span(node.left)
+                seg = ctx.seg(node.left)
+                if seg[1:6] == "cuda:":
+                    ctx.change(node, [type_edit(a + 1, a + 5, "npu")], api='"cuda:%d"')
+            else:
+                ctx.report(node, api='"cuda:%d" % i', severity=MANUAL, reason="device string built with %",
+                           tip='use torch.device(<device type>, i)')
+
+
+def _needs_parens(ctx, node: ast.AST) -> bool:
+    p = ctx.parent(node)
+    return isinstance(p, (ast.Attribute, ast.Subscript, ast.BinOp, ast.UnaryOp, ast.Compare, ast.Call)) and not (
+        isinstance(p, ast.Call) and node is not p.func
+    )
+
+
+@rule(
+    "ASC104",
+    "device-type-compare",
+    '`device.type == "cuda"` decides whether the code runs on the accelerator',
+    hooks=("compare",),
+    doc="""
+    ## What it does
+    Rewrites comparisons of a device's type (or a device-named variable) with `"cuda"`: `x.device.type == "cuda"`,
+    `device.type != "cuda"`, `args.device == "cuda"`, `"cuda" in str(device)`.
+
+    ## Why
+    On Ascend the device type is `"npu"`: the comparison is always False and the accelerator branch (pinned
+    copies, synchronisation, AMP) is silently skipped.
+
+    ## Example
+    `if device.type == "cuda": torch.cuda.synchronize()`
+
+    ## Use instead
+    `--to npu`: `device.type == "npu"`. `--to portable`: `device.type != "cpu"` (the accelerator branch).
+
+    ## Fix safety
+    Safe.
+    """,
+    examples=[
+        Example('if device.type == "cuda":\n    pass\n', 'if device.type == "npu":\n    pass\n'),
+        Example('on_gpu = x.device.type != "cuda"\n', 'on_gpu = x.device.type == "cpu"\n', target=PORTABLE),
+        Example('if mode == "cuda":\n    pass\n', None),
+    ],
+)
+def device_type_compare(ctx, node: ast.Compare) -> None:
+    if len(node.ops) != 1:
+        return
+    left, right, op = node.left, node.comparators[0], node.ops[0]
+    lit, other = (right, left) if _is_cuda_const(right) else (left, right) if _is_cuda_const(left) else (None, None)
+    if lit is None or not _is_device_expr(ctx, other, op):
+        return
+    if not ctx.claim(lit):
+        return
+    seg = ctx.seg(lit)
+    if len(seg) < 6 or seg[1:-1] != lit.value:
+        return ctx.change(node, [None], api="device comparison")
+    if ctx.target == NPU:
+        new = seg[0] + "npu" + (lit.value[4:]) + seg[-1]
+        ctx.change(node, [ctx.replace(lit, new)], api="device comparison")
+        return
+    if isinstance(op, (ast.Eq, ast.NotEq)) and lit is right and lit.value == "cuda":
+        la, lb = ctx.span(left)
+        ra, rb = ctx.span(right)
+        mid = ctx.src.text[lb:ra]
+        flipped = mid.replace("!=", "==") if isinstance(op, ast.NotEq) else mid.replace("==", "!=")
+        ctx.change(node, [type_edit(lb, rb, flipped + seg[0] + "cpu" + seg[-1])], api="device comparison")
+    else:
+        ctx.report(node, api="device comparison", severity=MANUAL, reason="compares a device with \"cuda\"",
+                   tip='compare with "cpu" instead: `device.type != "cpu"` means "on the accelerator"')
+
+
+def _is_cuda_const(n: ast.AST) -> bool:
+    return isinstance(n, ast.Constant) and isinstance(n.value, str) and is_device_string(n.value, "cuda")
+
+
+def _is_device_expr(ctx, n: ast.AST, op: ast.cmpop) -> bool:
+    if isinstance(op, (ast.In, ast.NotIn)):
+        n = n.args[0] if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "str" and n.args \
+            else n
+    if isinstance(n, ast.Attribute):
+        return n.attr == "type" or is_device_name(n.attr)
+    if isinstance(n, ast.Name):
+        return is_device_name(n.id)
+    if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "str" and n.args:
+        return _is_device_expr(ctx, n.args[0], op)
+    return ctx.roles.get(n) == "device"
+
+
+@rule(
+    "ASC105",
+    "pin-memory-without-accelerator",
+    "`x.pin_memory()` fails where no accelerator is available",
+    targets=(PORTABLE,),
+    hooks=("call",),
+    doc="""
+    ## What it does
+    For `--to portable`, guards `x.pin_memory()` on a plain name or attribute:
+    `(x.pin_memory() if torch.accelerator.is_available() else x)`.
+
+    ## Why
+    Pinned (page-locked) host memory belongs to an accelerator; torch raises "Cannot access accelerator device
+    when none is available" on a machine without one, so the portable code would not run on the CPU.
+
+    ## Example
+    `batches.append(imgs.pin_memory())`
+
+    ## Use instead
+    `batches.append((imgs.pin_memory() if torch.accelerator.is_available() else imgs))`
+
+    ## Fix safety
+    Safe: only receivers without side effects (names, attributes) are rewritten; others are listed.
+    """,
+    examples=[
+        Example(
+            "import torch\nb.append(imgs.pin_memory())\n",
+            "import torch\nb.append((imgs.pin_memory() if torch.accelerator.is_available() else imgs))\n",
+            target=PORTABLE,
+        ),
+        Example("import torch\nb = imgs.pin_memory()\n", None, target=NPU),
+    ],
+)
+def pin_memory(ctx, call: ast.Call) -> None:
+    f = call.func
+    if not isinstance(f, ast.Attribute) or f.attr != "pin_memory" or call.args or call.keywords:
+        return
+    if ctx.qname(f) is not None:
+        return
+    p = ctx.parent(call)
+    if isinstance(p, ast.IfExp) and p.body is call and ctx.qname(getattr(p.test, "func", p.test)) == (
+            "torch.accelerator.is_available"):
+        return  # already guarded
+    recv = f.value
+    if dotted_parts(recv) is None:
+        ctx.report(call, api=".pin_memory()", severity=MANUAL, reason="pin_memory() needs an accelerator",
+                   tip="call it only when torch.accelerator.is_available()")
+        return
+    text = f"({ctx.hole(call)} if {ctx.ref('torch')}.accelerator.is_available() else {ctx.hole(recv)})"
+    ctx.change(call, [ctx.replace(call, text)], api=".pin_memory()")
