@@ -36,6 +36,14 @@ def _write(name: str, payload: dict) -> None:
     print(f"wrote {OUT.relative_to(ROOT) / name} ({(OUT / name).stat().st_size // 1024} KiB)")
 
 
+# Names that exist at run time but are invisible to a static read of the wheel (attributes of config objects),
+# each with the reference statement it rests on.
+RUNTIME_NAMES = {
+    "torch.npu.matmul.allow_hf32": "shared/reference/README.md: TF32's analogue is HF32: torch.npu.matmul.allow_hf32",
+    "torch.npu.conv.allow_hf32": "shared/reference/README.md: TF32's analogue is HF32: torch.npu.conv.allow_hf32",
+}
+
+
 def build(ref: Path) -> None:
     OUT.mkdir(parents=True, exist_ok=True)
 
@@ -49,6 +57,7 @@ def build(ref: Path) -> None:
             "distributed_backends": api["distributed_backends"],
             "env_vars": api["env_vars"],
             "dotted_names": sorted(api["dotted_names"]),
+            "runtime_names": RUNTIME_NAMES,
             "torch_npu_ops": api["torch_npu_ops"],
             "torch_cuda_to_npu": api["torch_cuda_to_npu"],
             "modules": {k: {"__all__": v.get("__all__"), "public": v.get("public")} for k, v in api["modules"].items()},

@@ -28,7 +28,7 @@ def load(name: str) -> dict[str, Any]:
 def npu_names() -> frozenset[str]:
     """Every public dotted name that exists in torch_npu (``torch.npu.X`` is ``torch_npu.npu.X``)."""
     api = load("torch_npu_api")
-    names = set(api["dotted_names"])
+    names = set(api["dotted_names"]) | set(api.get("runtime_names", {}))
     for n in list(names):
         if n.startswith("torch_npu.npu."):
             names.add("torch.npu." + n[len("torch_npu.npu.") :])
