@@ -1,0 +1,42 @@
+"""``scaled_dot_product_attention`` on the emulated npu takes the CPU's path.
+
+PyTorch picks the SDPA implementation per device type: for PrivateUse1 it always takes the unfused "math"
+path, while the CPU uses its flash-attention kernel when it can. Same inputs would then give (slightly)
+different numbers on ``npu`` and ``cpu``. These kernels, registered for ``AutogradPrivateUse1`` and
+``PrivateUse1``, ask the CPU's chooser (``_fused_sdp_choice`` on CPU aliases) and follow it, so the
+emulator stays bit-identical to the CPU. (A real NPU runs its own fused attention; its numerics are not
+modelled.)
+"""
+
+from __future__ import annotations
+
+import torch
+
+_FLASH = 1  # sdp::SDPBackend::flash_attention
+
+
+def _bool_mask_to_float(mask, dtype):
+    if mask is not None and mask.dtype == torch.bool:
+        zero = torch.scalar_tensor(0.0, dtype=dtype, device=mask.device)
+        return torch.where(mask.logical_not(), -float("inf"), zero)
+    return mask
+
+
+def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    aten = torch.ops.aten
+    choice = aten._fused_sdp_choice.default(
+        query, key, value, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa
+    )
+    mask = _bool_mask_to_float(attn_mask, query.dtype)
+    if choice == _FLASH:
+        return aten._scaled_dot_product_flash_attention_for_cpu.default(
+            query, key, value, dropout_p, is_causal, attn_mask=mask, scale=scale
+        )[0]
+    return aten._scaled_dot_product_attention_math.default(
+        query, key, value, mask, dropout_p, is_causal, None, scale=scale, enable_gqa=enable_gqa
+    )[0]
+
+
+def register(lib) -> None:
+    lib.impl("scaled_dot_product_attention", sdpa, "AutogradPrivateUse1")
+    lib.impl("scaled_dot_product_attention", sdpa, "PrivateUse1")

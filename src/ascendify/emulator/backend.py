@@ -1,0 +1,99 @@
+"""Turn PyTorch's PrivateUse1 into the ``npu`` device, once per process.
+
+Order matters: refuse where the emulator must not run; rename PrivateUse1; register ``torch.npu``; generate
+``Tensor.npu()``/``Module.npu()``; register the Python device hooks and guard (``torch._C._acc``, without
+which the first matmul aborts the process); install the kernels; patch the few host-memory paths.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+
+VERIFIED_TORCH = ("2.13.0",)
+UNVERIFIED_ENV = "ASCENDIFY_EMULATE_UNVERIFIED_TORCH"
+
+_libs: list = []  # keep the torch.library registrations alive
+
+
+def torch_release() -> str:
+    return torch.__version__.split("+", 1)[0]
+
+
+def refusal() -> str | None:
+    """Why the emulator must not be enabled in this process (None: it may)."""
+    import os
+
+    from ascendify import devices
+
+    real = sys.modules.get("torch_npu")
+    if (real is not None and not getattr(real, "__ascendify_shim__", False)) or devices.torch_npu_installed():
+        return ("a real torch_npu is installed in this environment: use the real NPU (the emulator never "
+                "replaces torch_npu); run the emulator in an environment without torch-npu")
+    name = torch._C._get_privateuse1_backend_name()
+    if name not in ("privateuseone", "npu"):
+        return f"another PyTorch backend ('{name}') already owns the PrivateUse1 device in this process"
+    if name == "npu":
+        return "the 'npu' device is already registered in this process by something other than ascendify"
+    for dev, probe in (("cuda", torch.cuda.is_available), ("xpu", lambda: hasattr(torch, "xpu") and
+                                                              torch.xpu.is_available())):
+        try:
+            if probe():
+                return (f"a real accelerator ({dev}) is available in this process; the emulated npu device "
+                        "would compete with it (PyTorch allows one accelerator per process)")
+        except Exception:
+            pass
+    if torch_release() not in VERIFIED_TORCH and os.environ.get(UNVERIFIED_ENV) != "1":
+        return (f"torch {torch.__version__} is not a version the emulator was verified with "
+                f"({', '.join(VERIFIED_TORCH)}): it relies on experimental torch internals "
+                f"(torch._C._acc, the DLPack device tag). Set {UNVERIFIED_ENV}=1 to try anyway.")
+    for attr in ("_acc",):
+        if not hasattr(torch._C, attr):
+            return f"this torch build lacks torch._C.{attr}, which the emulator needs"
+    return None
+
+
+def _hooks_and_guard():
+    acc = torch._C._acc
+
+    from ascendify.emulator import runtime
+
+    class Hooks(acc.PrivateUse1Hooks):
+        def is_available(self) -> bool:
+            return runtime.enabled
+
+        def has_primary_context(self, device_index: int) -> bool:
+            return True
+
+        def is_built(self) -> bool:
+            return True
+
+    class Guard(acc.DeviceGuard):
+        def type_(self):
+            return torch._C._autograd.DeviceType.PrivateUse1
+
+    return Hooks(), Guard()
+
+
+def install() -> int:
+    """Register the backend; returns the number of directly registered kernels."""
+    from ascendify.emulator import apis, kernels, patches
+    from ascendify.emulator import npu as npu_module
+
+    torch.utils.rename_privateuse1_backend("npu")
+    torch._register_device_module("npu", npu_module)
+    for name, sub in npu_module._SUBMODULE_OBJECTS.items():
+        sys.modules[f"torch.npu.{name}"] = sub
+    torch.utils.generate_methods_for_privateuse1_backend(for_tensor=True, for_module=True, for_storage=True)
+    hooks, guard = _hooks_and_guard()
+    _libs.extend((hooks, guard))
+    torch._C._acc.register_python_privateuseone_hook(hooks)
+    torch._C._acc.register_python_privateuseone_device_guard(guard)
+    fallback_lib = torch.library.Library("_", "IMPL")
+    aten_lib = torch.library.Library("aten", "IMPL")
+    _libs.extend((fallback_lib, aten_lib))
+    n = kernels.register((fallback_lib, aten_lib))
+    patches.install()
+    apis.install()
+    return n

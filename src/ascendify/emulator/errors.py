@@ -1,0 +1,15 @@
+"""Errors raised by the emulator."""
+
+
+class EmulatorError(RuntimeError):
+    """The emulator cannot be enabled here (a real torch_npu or another accelerator owns the process, an
+    unverified torch version, a failed self-test), or an emulated API was misused."""
+
+
+class NotEmulatedError(AttributeError):
+    """A torch_npu name that exists on real hardware but has no meaning (or no implementation) on the emulator."""
+
+
+class NpuFidelityError(RuntimeError):
+    """Under fidelity mode ``error``: what a real NPU would reject or silently run elsewhere (an op with no
+    NPU kernel, float64, an API unsupported on every chip, an fp16 overflow)."""

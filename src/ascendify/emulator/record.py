@@ -1,0 +1,46 @@
+"""What happened under emulation: ops run, ops a real NPU would run on its CPU fallback or reject, float64 and
+fp16-overflow events, unsupported APIs. :func:`ascendify.emulator.report` turns it into a plain dict.
+
+Counters are keyed by the op object on the hot path (a dict increment) and named only when reported.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        """Clear every counter in place (the kernels hold references to them)."""
+        if hasattr(self, "ops"):
+            for c in (self.ops, self.no_npu_kernel, self.rejected, self.unsupported_apis, self.float64,
+                      self.fp16_overflow, self.warned):
+                c.clear()
+            return
+        self.ops: Counter = Counter()  # op object (or name) -> calls
+        self.no_npu_kernel: Counter = Counter()  # "lgamma" -> calls: CPU fallback on a real NPU
+        self.rejected: Counter = Counter()  # raised in fidelity mode "error"
+        self.unsupported_apis: Counter = Counter()  # "torch.nn.functional.pdist" -> calls
+        self.float64: Counter = Counter()  # op name -> events
+        self.fp16_overflow: Counter = Counter()  # op name -> events
+        self.warned: set[str] = set()
+
+    def op_counts(self) -> dict[str, int]:
+        named: Counter = Counter()
+        for op, n in self.ops.items():
+            named[op_name(op)] += n
+        return dict(named.most_common())
+
+
+def op_name(op) -> str:
+    """``aten.add.Tensor`` -> ``add.Tensor``; ``aten.relu.default`` -> ``relu``; strings pass through."""
+    if isinstance(op, str):
+        return op
+    schema = getattr(op, "_schema", None)
+    if schema is None:
+        return str(op)
+    name = schema.name.split("::", 1)[-1]
+    return f"{name}.{schema.overload_name}" if schema.overload_name else name

@@ -1,0 +1,30 @@
+"""The emulator's process-wide state: settings, memory counters, the recorder, the current device.
+
+One instance of each, created at import (cheap, enables nothing); :func:`ascendify.emulator.enable` fills the
+settings from the environment.
+"""
+
+from __future__ import annotations
+
+from ascendify.emulator.memory import DeviceMemory
+from ascendify.emulator.record import Recorder
+from ascendify.emulator.settings import Settings
+
+settings = Settings()
+memory = DeviceMemory(settings)
+recorder = Recorder()
+enabled = False
+current_device = [0]  # a list so that other modules share the one cell
+quiet = [0]  # > 0 while torch itself (printing) runs ops a user did not ask for: no fidelity events
+
+
+def check_index(index: int | None) -> int:
+    """The device index to use for ``index`` (None: the current device); raise for one beyond the count."""
+    if index is None:
+        return current_device[0]
+    if index < 0 or index >= settings.device_count:
+        raise RuntimeError(
+            f"Invalid device ordinal npu:{index}: the emulator has {settings.device_count} device(s) "
+            f"(npu:0..npu:{settings.device_count - 1}); set ASCENDIFY_EMULATE_DEVICES to change the count."
+        )
+    return index

@@ -1,0 +1,179 @@
+"""A ``torch_npu`` package that exists only while the emulator is enabled.
+
+:func:`install` puts a finder at the END of ``sys.meta_path``: a real torch_npu (found by the normal finders
+first) always wins, and :func:`ascendify.emulator.enable` already refuses to run where one is installed. The
+shim provides what torch_npu code needs to import and run on the emulated device:
+
+- ``torch_npu`` itself (``torch_npu.npu`` is ``torch.npu``; ``__version__`` says it is the emulator);
+- ``torch_npu.contrib.transfer_to_npu``: CUDA code to ``npu`` at runtime through ``ascendify.auto``;
+- ``torch_npu.optim.NpuFused*``: the matching ``torch.optim`` optimizers (same update rule);
+- ``torch_npu.utils`` and ``torch_npu.distributed`` names that make sense on the CPU.
+
+Any other torch_npu name (custom ``npu_*`` ops, the profiler, CANN queries) raises
+:class:`~ascendify.emulator.errors.NotEmulatedError` (an ``ImportError`` for a submodule) that names it.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import sys
+import types
+
+import torch
+
+from ascendify import knowledge
+from ascendify.emulator.errors import NotEmulatedError
+
+_PROVIDED = ("torch_npu", "torch_npu.npu", "torch_npu.contrib", "torch_npu.contrib.transfer_to_npu",
+             "torch_npu.optim", "torch_npu.utils", "torch_npu.distributed")
+
+
+def _known(dotted: str) -> bool:
+    return knowledge.npu_name_exists(dotted)
+
+
+def _missing(module: str, name: str):
+    dotted = f"{module}.{name}"
+    if _known(dotted):
+        raise NotEmulatedError(
+            f"{dotted} exists in torch_npu but is not emulated by ascendify's emulated npu device "
+            "(custom NPU ops, CANN and profiler APIs need real hardware); guard it, or run on an Ascend NPU"
+        )
+    raise AttributeError(f"module '{module}' has no attribute '{name}'")
+
+
+def _module(name: str, doc: str, attrs: dict | None = None, package: bool = False) -> types.ModuleType:
+    m = types.ModuleType(name, doc)
+    m.__ascendify_shim__ = True
+    if package:
+        m.__path__ = []
+    m.__dict__.update(attrs or {})
+
+    def __getattr__(attr, _name=name):
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        _missing(_name, attr)
+
+    m.__getattr__ = __getattr__
+    return m
+
+
+# ------------------------------------------------------------------------------------------ contents
+def _optim() -> dict:
+    """torch_npu's fused optimizers compute the update of the torch optimizer of the same name."""
+    pairs = {"NpuFusedAdam": torch.optim.Adam, "NpuFusedAdamW": torch.optim.AdamW,
+             "NpuFusedSGD": torch.optim.SGD, "NpuFusedAdadelta": torch.optim.Adadelta,
+             "NpuFusedRMSprop": torch.optim.RMSprop}
+    out = {}
+    for name, base in pairs.items():
+        out[name] = type(name, (base,), {
+            "__doc__": f"torch_npu.optim.{name} on the emulator: torch.optim.{base.__name__} (same update rule).",
+            "__module__": "torch_npu.optim",
+        })
+    return out
+
+
+def _get_cann_version(module="CANN"):
+    raise NotEmulatedError(
+        "torch_npu.utils.get_cann_version is not emulated: there is no CANN toolkit under the emulated npu "
+        "device (ascendify.emulator)"
+    )
+
+
+def _is_hccl_available() -> bool:
+    import torch.distributed as dist
+
+    return dist.is_available() and "hccl" in dist.Backend.backend_list
+
+
+def _transfer_to_npu() -> dict:
+    """What ``from torch_npu.contrib import transfer_to_npu`` does under emulation: redirect CUDA to npu."""
+    try:
+        import ascendify.auto as auto
+    except ImportError:
+        auto = None
+    if auto is not None and hasattr(auto, "enable"):
+        auto.enable(target="npu")
+        how = "ascendify.auto.enable(target='npu')"
+    else:
+        torch.cuda.is_available = lambda: False  # the documented minimum: CUDA probes answer False
+        how = "minimal: torch.cuda.is_available() -> False"
+    return {"is_available": torch.npu.is_available, "__ascendify_redirection__": how}
+
+
+def _build(name: str) -> types.ModuleType:
+    release = torch.__version__.split("+", 1)[0]
+    if name == "torch_npu":
+        return _module(name, "torch_npu, emulated by ascendify (no CANN, no NPU: see ascendify.emulator).", {
+            "__version__": f"{release}+ascendify.emulated",
+            "npu": torch.npu,
+            "_C": types.SimpleNamespace(),
+        }, package=True)
+    if name == "torch_npu.npu":
+        return torch.npu
+    if name == "torch_npu.contrib":
+        return _module(name, "torch_npu.contrib, emulated: only transfer_to_npu.", package=True)
+    if name == "torch_npu.contrib.transfer_to_npu":
+        return _module(name, "transfer_to_npu under emulation: CUDA calls go to the emulated npu.",
+                       _transfer_to_npu())
+    if name == "torch_npu.optim":
+        return _module(name, "torch_npu.optim, emulated: NpuFused* map to torch.optim.", _optim(), package=True)
+    if name == "torch_npu.utils":
+        return _module(name, "torch_npu.utils, emulated.", {"get_cann_version": _get_cann_version}, package=True)
+    if name == "torch_npu.distributed":
+        return _module(name, "torch_npu.distributed, emulated (the hccl backend runs gloo on host memory).", {
+            "is_hccl_available": _is_hccl_available,
+            "is_available": lambda: torch.distributed.is_available(),
+        }, package=True)
+    raise AssertionError(name)
+
+
+class _Loader(importlib.abc.Loader):
+    def create_module(self, spec):
+        return _build(spec.name)
+
+    def exec_module(self, module):
+        parent, _, leaf = module.__name__.rpartition(".")
+        if parent and parent in sys.modules:
+            setattr(sys.modules[parent], leaf, module)
+
+
+class Finder(importlib.abc.MetaPathFinder):
+    """Finds the shim's ``torch_npu`` modules (last in ``sys.meta_path``: a real install wins)."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != "torch_npu" and not fullname.startswith("torch_npu."):
+            return None
+        if fullname.startswith("torch_npu.npu."):
+            sub = sys.modules.get("torch.npu." + fullname[len("torch_npu.npu."):])
+            if sub is not None:
+                return importlib.machinery.ModuleSpec(fullname, _AliasLoader(sub))
+        if fullname in _PROVIDED:
+            return importlib.machinery.ModuleSpec(fullname, _Loader(), is_package=fullname != "torch_npu.npu")
+        if _known(fullname):
+            raise ImportError(
+                f"{fullname} exists in torch_npu but is not emulated by ascendify's emulated npu device",
+                name=fullname,
+            )
+        return None
+
+
+class _AliasLoader(importlib.abc.Loader):
+    def __init__(self, module):
+        self.module = module
+
+    def create_module(self, spec):
+        return self.module
+
+    def exec_module(self, module):
+        return None
+
+
+_finder: list[Finder] = []
+
+
+def install() -> None:
+    if not _finder:
+        _finder.append(Finder())
+        sys.meta_path.append(_finder[0])

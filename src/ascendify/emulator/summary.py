@@ -1,0 +1,60 @@
+"""The emulator's report: a plain dict (JSON-ready) and a rich table for the terminal."""
+
+from __future__ import annotations
+
+from ascendify.emulator import runtime
+
+
+def build() -> dict:
+    rec, mem, s = runtime.recorder, runtime.memory, runtime.settings
+    ops = rec.op_counts()
+    devices = [
+        {"device": f"npu:{i}", "allocated_bytes": mem.allocated[i], "peak_bytes": mem.peak[i],
+         "capacity_bytes": mem.capacity(i), "ooms": mem.num_ooms[i]}
+        for i in range(s.device_count)
+        if mem.peak[i] or mem.num_allocs[i] or i == 0
+    ]
+    return {
+        "enabled": runtime.enabled,
+        "settings": s.as_dict(),
+        "ops_run": sum(ops.values()),
+        "distinct_ops": len(ops),
+        "ops": ops,
+        "cpu_fallback_on_npu": dict(rec.no_npu_kernel.most_common()),
+        "rejected": dict(rec.rejected.most_common()),
+        "unsupported_apis": dict(rec.unsupported_apis.most_common()),
+        "float64_events": dict(rec.float64.most_common()),
+        "fp16_overflow_events": dict(rec.fp16_overflow.most_common()),
+        "peak_memory_bytes": max((d["peak_bytes"] for d in devices), default=0),
+        "memory": devices,
+    }
+
+
+def render(rep: dict, console=None, top: int = 10) -> None:
+    """Print ``rep`` (from :func:`build`) as rich tables."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = console or Console(stderr=True)
+    t = Table(title="ascendify emulate: summary", show_header=False, title_justify="left")
+    t.add_column("what")
+    t.add_column("value", justify="right")
+    t.add_row("ops run on the emulated npu", f"{rep['ops_run']:,} ({rep['distinct_ops']} distinct)")
+    t.add_row("ops a real NPU runs on its CPU fallback", str(sum(rep["cpu_fallback_on_npu"].values())))
+    t.add_row("rejected (fidelity mode error)", str(sum(rep["rejected"].values())))
+    t.add_row("APIs unsupported on every chip", str(sum(rep["unsupported_apis"].values())))
+    t.add_row("float64 events", str(sum(rep["float64_events"].values())))
+    t.add_row("fp16 overflow events", str(sum(rep["fp16_overflow_events"].values())))
+    t.add_row("peak device memory", f"{rep['peak_memory_bytes'] / (1 << 20):.2f} MiB")
+    console.print(t)
+    for key, title in (("cpu_fallback_on_npu", "ops with no NPU kernel (CPU fallback on hardware)"),
+                       ("unsupported_apis", "APIs unsupported on every Ascend chip"),
+                       ("float64_events", "float64 on npu"), ("fp16_overflow_events", "fp16/bf16 overflow"),
+                       ("rejected", "rejected")):
+        if rep[key]:
+            d = Table(title=title, title_justify="left", min_width=60)
+            d.add_column("name")
+            d.add_column("count", justify="right")
+            for name, n in list(rep[key].items())[:top]:
+                d.add_row(name, str(n))
+            console.print(d)

@@ -1,0 +1,79 @@
+"""`ascendify emulate`: runs torch_npu code under emulation and prints / saves a summary; the env variable."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ascendify.emulator.command import parse_program
+
+SCRIPT = Path(__file__).parent / "scripts" / "train_torch_npu.py"
+
+
+def _run(args, tmp_path, env=None):
+    full_env = dict(os.environ, OMP_NUM_THREADS="1", **(env or {}))
+    full_env.pop("LOCAL_RANK", None)
+    return subprocess.run([sys.executable, "-m", "ascendify", *args], capture_output=True, text=True,
+                          cwd=tmp_path, env=full_env, timeout=300)
+
+
+def test_realistic_torch_npu_script_runs_under_emulate(tmp_path):
+    ckpt, summary = tmp_path / "ckpt.pt", tmp_path / "summary.json"
+    r = _run(["emulate", "--json", str(summary), "--", "python", str(SCRIPT), "--ckpt", str(ckpt)], tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["device"] == "npu:0" and out["ckpt_device"] == "npu:0" and out["is_available"]
+    assert out["reloaded_same"] and out["peak_bytes"] > 0 and out["elapsed_ms"] > 0
+    assert len(out["losses"]) == 4 and all(loss == loss for loss in out["losses"])
+    assert "ascendify emulate: summary" in r.stderr and "peak device memory" in r.stderr
+    rep = json.loads(summary.read_text())
+    assert rep["exit_code"] == 0 and rep["ops_run"] > 100
+    assert rep["ops"]["convolution_overrideable"] == 4
+    assert rep["peak_memory_bytes"] > 0
+
+
+def test_exit_code_and_traceback_of_a_failing_script(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("import torch\nx = torch.ones(2, device='npu')\nx + torch.ones(2)\n")
+    r = _run(["emulate", "-q", str(bad)], tmp_path)
+    assert r.returncode == 1
+    assert "bad.py" in r.stderr and "npu:0 and cpu" in r.stderr
+
+
+def test_module_mode_with_fidelity_error(tmp_path):
+    pkg = tmp_path / "mypkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "main.py").write_text(
+        "import sys, torch\nprint(sys.argv[1:], flush=True)\ntorch.lgamma(torch.ones(2, device='npu'))\n")
+    r = _run(["emulate", "-q", "--fidelity", "error", "--", "python", "-m", "mypkg.main", "a"], tmp_path)
+    assert r.returncode == 1 and "['a']" in r.stdout
+    assert "NpuFidelityError" in r.stderr and "aten::lgamma" in r.stderr
+
+
+def test_env_variable_enables_on_import():
+    code = ("import ascendify.emulator as e, torch; print(e.is_enabled(), torch.ones(1, device='npu').device, "
+            "torch.npu.device_count())")
+    env = dict(os.environ, ASCENDIFY_EMULATE="npu", ASCENDIFY_EMULATE_DEVICES="2")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["True", "npu:0", "2"]
+
+
+def test_bad_usage(tmp_path):
+    assert _run(["emulate"], tmp_path).returncode == 2
+    assert _run(["emulate", "missing.py"], tmp_path).returncode == 2
+
+
+@pytest.mark.parametrize("tokens, expected", [
+    (["--", "python", "t.py", "-x"], ("script", "t.py", ["-x"])),
+    (["t.py"], ("script", "t.py", [])),
+    (["python3", "-u", "-m", "pkg.mod", "1"], ("module", "pkg.mod", ["1"])),
+    (["torchrun", "--nproc-per-node", "2", "t.py"], ("torchrun", None, ["--nproc-per-node", "2", "t.py"])),
+    (["python", "-m", "torch.distributed.run", "t.py"], ("torchrun", None, ["t.py"])),
+])
+def test_parse_program(tokens, expected):
+    assert parse_program(tokens) == expected

@@ -1,0 +1,94 @@
+"""Enabling (idempotent, refusals, self-test) and the torch_npu shim."""
+
+import sys
+import types
+
+import pytest
+import torch
+
+import ascendify.emulator as emu
+from ascendify.emulator import NotEmulatedError, backend, selftest
+
+
+def test_enable_is_idempotent_and_applies_settings(fresh_report):
+    emu.enable()
+    emu.enable(float64="error")
+    assert emu.is_enabled() and emu.settings.float64 == "error"
+    with pytest.raises(ValueError, match="float64"):
+        emu.enable(float64="sometimes")
+
+
+def test_self_test_passes_and_checks_something():
+    assert selftest.run()["ok"] is True
+    with pytest.raises(AssertionError, match="differs"):
+        selftest._expect(False, "matmul differs")
+
+
+def test_refuses_an_unverified_torch(monkeypatch):
+    monkeypatch.setattr(torch, "__version__", "9.9.0+cpu")
+    monkeypatch.setattr(torch._C, "_get_privateuse1_backend_name", lambda: "privateuseone")
+    why = backend.refusal()
+    assert why and "not a version the emulator was verified with" in why
+    monkeypatch.setenv(backend.UNVERIFIED_ENV, "1")
+    assert backend.refusal() is None
+
+
+def test_refuses_where_a_real_torch_npu_or_another_backend_owns_the_process(monkeypatch):
+    monkeypatch.setattr(torch._C, "_get_privateuse1_backend_name", lambda: "privateuseone")
+    monkeypatch.setitem(sys.modules, "torch_npu", types.ModuleType("torch_npu"))
+    assert "real torch_npu" in backend.refusal()
+    monkeypatch.delitem(sys.modules, "torch_npu")
+    monkeypatch.setattr(torch._C, "_get_privateuse1_backend_name", lambda: "openreg")
+    assert "('openreg') already owns" in backend.refusal()
+    monkeypatch.setattr(torch._C, "_get_privateuse1_backend_name", lambda: "privateuseone")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert "(cuda) is available" in backend.refusal()
+
+
+def test_enable_raises_emulator_error_with_the_reason(monkeypatch):
+    monkeypatch.setitem(emu._state, "installed", False)
+    monkeypatch.setattr(backend, "refusal", lambda: "a test reason")
+    with pytest.raises(emu.EmulatorError, match="cannot enable the emulated npu device: a test reason"):
+        emu.enable()
+
+
+def test_import_torch_npu_gives_the_shim():
+    import torch_npu
+
+    assert torch_npu.__ascendify_shim__ and torch_npu.__version__.endswith("+ascendify.emulated")
+    assert torch_npu.npu is torch.npu
+    import torch_npu.npu.amp
+
+    assert torch_npu.npu.amp.GradScaler is torch.npu.amp.GradScaler
+    from torch_npu.optim import NpuFusedAdamW, NpuFusedSGD
+
+    p = torch.nn.Parameter(torch.ones(2, device="npu"))
+    opt = NpuFusedAdamW([p], lr=0.1)
+    assert isinstance(opt, torch.optim.AdamW) and issubclass(NpuFusedSGD, torch.optim.SGD)
+    p.sum().backward()
+    opt.step()
+    assert p.detach().cpu().lt(1).all()
+
+
+def test_transfer_to_npu_redirects_cuda_code():
+    from torch_npu.contrib import transfer_to_npu
+
+    assert "ascendify.auto" in transfer_to_npu.__ascendify_redirection__ or "minimal" in \
+        transfer_to_npu.__ascendify_redirection__
+    assert transfer_to_npu.is_available()
+
+
+def test_torch_npu_names_that_are_not_emulated_say_so():
+    import torch_npu
+
+    with pytest.raises(NotEmulatedError, match="torch_npu.npu_fusion_attention exists in torch_npu"):
+        _ = torch_npu.npu_fusion_attention
+    with pytest.raises(AttributeError) as e:
+        _ = torch_npu.no_such_thing
+    assert not isinstance(e.value, NotEmulatedError)
+    with pytest.raises(ImportError, match="torch_npu.profiler exists in torch_npu but is not emulated"):
+        import torch_npu.profiler  # noqa: F401
+    from torch_npu.utils import get_cann_version
+
+    with pytest.raises(NotEmulatedError, match="no CANN"):
+        get_cann_version()
