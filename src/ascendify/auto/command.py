@@ -1,0 +1,126 @@
+"""``ascendify run``: run an unmodified CUDA program with its CUDA calls redirected (no torch import here)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+HELP = "run an unmodified CUDA script on the NPU (or the emulated NPU, or the CPU), recording every redirection"
+DESCRIPTION = """\
+Run an unmodified CUDA PyTorch program with its CUDA calls redirected at run time to the target device,
+and report what was redirected (API, calls, first call site), what has no effect or no equivalent there,
+and CUDA device values that could not be mapped.
+
+examples:
+  ascendify run --to cpu train.py --epochs 1          # a CUDA-only script on a laptop
+  ascendify run --to npu -m mypkg.train --lr 0.1      # a module, on the NPU (emulated when there is none)
+  ascendify run --to npu torchrun --nproc-per-node 2 train.py   # every torchrun worker redirected
+  ascendify run --log run.json --strict train.py      # JSON report; unsupported calls raise at the call
+
+Alternatively put `import ascendify.auto` on the first line of the entry script (target from
+ASCENDIFY_TARGET, default auto). Details: docs/auto.md.
+"""
+
+TARGETS = ("auto", "npu", "cpu", "xpu", "mps", "cuda")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--to", dest="to", choices=TARGETS, default=None,
+                   help="target device (default: $ASCENDIFY_TARGET or auto: real NPU, emulated NPU if enabled, "
+                        "CUDA (nothing to do), XPU, MPS, CPU)")
+    p.add_argument("--strict", action="store_true",
+                   help="raise at the call for unsupported APIs (annotations included) and unmappable devices")
+    p.add_argument("--log", metavar="FILE", help="write the run report as JSON (ranks > 0: FILE.rankN.json)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no summary at exit")
+    p.add_argument("--no-rewrite-checks", dest="rewrite_checks", action="store_false",
+                   help="do not compile your own files with `x.type == \"cuda\"` / `get_backend() == \"nccl\"` "
+                        "testing for the target (default: they are, in memory; see docs/auto.md)")
+    p.add_argument("-m", dest="module_args", nargs=argparse.REMAINDER, metavar="MODULE ...",
+                   help="run a library module as a script (like python -m); everything after it is its arguments")
+    p.add_argument("program", nargs=argparse.REMAINDER, metavar="SCRIPT [ARGS]", help="the script and its arguments")
+
+
+def run(args: argparse.Namespace) -> int:
+    module = None
+    rest = list(args.program or [])
+    if rest and rest[0] == "--":
+        rest = rest[1:]
+    if rest and _is_python(rest[0]):  # `ascendify run python train.py`: the interpreter is this one
+        rest = rest[1:]
+        if rest and rest[0] == "-m":
+            args.module_args, rest = rest[1:], []
+    if args.module_args is not None:
+        if not args.module_args:
+            print("ascendify run: -m needs a module name", file=sys.stderr)
+            return 2
+        module, rest = args.module_args[0], args.module_args[1:]
+        path = None
+    else:
+        if not rest:
+            print("ascendify run: give a script (or -m MODULE) to run", file=sys.stderr)
+            return 2
+        path, rest = rest[0], rest[1:]
+        if os.path.basename(path) not in ("torchrun",) and not os.path.isfile(path):
+            print(f"ascendify run: no such script: {path}", file=sys.stderr)
+            return 2
+
+    target = args.to or os.environ.get("ASCENDIFY_TARGET") or "auto"
+    from ascendify.auto import launch
+
+    if launch.is_torchrun(path, module):
+        flags = ["--to", target] + (["--strict"] if args.strict else []) + (["--quiet"] if args.quiet else [])
+        flags += [] if args.rewrite_checks else ["--no-rewrite-checks"]
+        if args.log:
+            flags += ["--log", os.path.abspath(args.log)]
+        return launch.run_torchrun(rest, flags)
+
+    from ascendify.auto.target import TargetError
+
+    os.environ["ASCENDIFY_TARGET"] = target  # children that `import ascendify.auto` follow the same target
+    try:
+        launch.enable_for_process(target, strict=args.strict, log=args.log, entry=path, quiet=args.quiet,
+                                  at_exit=False, rewrite_checks=args.rewrite_checks)
+    except TargetError as e:
+        print(f"ascendify run: {e}", file=sys.stderr)
+        return 2
+    except Exception as e:  # e.g. the emulator refused to start: say so, no traceback of ours
+        print(f"ascendify run: cannot redirect to {target}: {e.__class__.__name__}: {e}", file=sys.stderr)
+        return 2
+    if module is not None and not args.rewrite_checks:
+        _scan_module(module)
+    try:
+        return launch.run_program(path, module, rest)
+    finally:
+        launch.finish(log=args.log, quiet=args.quiet)
+
+
+def _is_python(word: str) -> bool:
+    """``python``, ``python3``, ``python3.11`` or this interpreter's path."""
+    base = os.path.basename(word)
+    return word == sys.executable or base == "python" or (base.startswith("python3") and "." not in base[8:]
+                                                          and not base.endswith(".py"))
+
+
+def _scan_module(module: str) -> None:
+    import importlib.util
+
+    from ascendify.auto import runtime
+    from ascendify.auto.scan import scan_file
+
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        return
+    s = runtime.current()
+    if spec is not None and spec.origin and spec.origin.endswith(".py") and s is not None:
+        s.rec.findings.extend(scan_file(spec.origin))
+        # the entry package is the user's code even when it is installed in site-packages
+        from ascendify.auto.record import add_user_root
+
+        top = importlib.util.find_spec(module.split(".")[0])
+        if top is not None and top.submodule_search_locations:
+            for loc in top.submodule_search_locations:
+                add_user_root(loc)
+        else:
+            add_user_root(spec.origin)  # a single-file module: that file only

@@ -1,0 +1,191 @@
+"""Running the user's program under redirection: scripts, ``-m`` modules, and torchrun jobs.
+
+The program runs *in this process* (``runpy``), as Python would run it: ``sys.argv`` is the script and its
+arguments, ``__name__ == "__main__"``, ``sys.path[0]`` is the script's folder (the current folder for ``-m``),
+and its exit status is ours. The report is printed (rank 0 only) and logged when it ends, however it ends.
+
+torchrun: ``ascendify run --to npu torchrun --nproc-per-node 2 train.py`` (or ``-m torch.distributed.run``)
+starts each worker as ``python -m ascendify run --to npu train.py``, so every rank is redirected; the launcher
+itself is not. ``torchrun ... -m ascendify run --to npu train.py`` is the same, spelled by hand.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import runpy
+import sys
+import traceback
+from typing import Any
+
+TORCHRUN_MODULES = ("torch.distributed.run", "torch.distributed.launch")
+
+
+def enable_for_process(target: str, *, strict: bool, log: str | None, entry: str | None, quiet: bool,
+                       at_exit: bool = True, implicit: bool = False, rewrite_checks: bool = False):
+    """Enable redirection, look at the entry script, and (``at_exit``) report when the process ends."""
+    from ascendify.auto import runtime
+    from ascendify.auto.scan import scan_file
+
+    s = runtime.enable(target, strict=strict)
+    s.implicit = implicit
+    rewrite = rewrite_checks and s.target.device_type != "cuda"
+    if rewrite:
+        from ascendify.auto.rewrite import RewriteFinder
+
+        finder = RewriteFinder(s.target.device_type, s.target.dist_backend, s.rec)
+        finder.install()
+        s.patches.on_restore(finder.remove)
+        s.rewrite_checks = True
+    saved = os.environ.get("ASCENDIFY_REWRITE_CHECKS")
+    os.environ["ASCENDIFY_REWRITE_CHECKS"] = "1" if rewrite else "0"  # for spawned children
+    s.patches.on_restore(lambda: os.environ.pop("ASCENDIFY_REWRITE_CHECKS", None) if saved is None
+                         else os.environ.__setitem__("ASCENDIFY_REWRITE_CHECKS", saved))
+    if entry and not (rewrite and _not_started(entry)):  # a script compiled with the rewrite reports itself
+        s.rec.findings.extend(scan_file(entry))
+    if at_exit:
+        atexit.register(finish, log=log, quiet=quiet)
+    return s
+
+
+_FINISHED = False
+
+
+def finish(*, log: str | None, quiet: bool) -> dict[str, Any] | None:
+    """Print the summary (rank 0, unless quiet) and write the JSON log. Runs once."""
+    global _FINISHED
+    from ascendify.auto import runtime, summary
+
+    s = runtime.current()
+    if s is None or _FINISHED:
+        return None
+    _FINISHED = True
+    rep = runtime.report_of(s)
+    if log:
+        try:
+            path = summary.write_log(rep, log)
+            if not quiet and summary.is_rank_zero():
+                print(f"ascendify: run report written to {path}", file=sys.stderr)
+        except OSError as e:
+            print(f"ascendify: cannot write {log}: {e}", file=sys.stderr)
+    if not quiet and summary.is_rank_zero():
+        try:
+            sys.stdout.flush()
+            summary.render(rep)
+        except Exception as e:  # the report must never turn a good run into a failure
+            print(f"ascendify: could not print the run report: {e}", file=sys.stderr)
+    return rep
+
+
+def _exit_code(e: SystemExit) -> int:
+    code = e.code
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)
+    return 1
+
+
+def run_program(path: str | None, module: str | None, args: list[str]) -> int:
+    """Run a script (``path``) or a module as ``__main__`` with ``args``; return its exit status."""
+    saved_argv, saved_path0 = sys.argv[:], (sys.path[0] if sys.path else None)
+    try:
+        if module is not None:
+            sys.argv = [module, *args]  # runpy sets argv[0] to the module's file
+            if sys.path and sys.path[0] != os.getcwd():
+                sys.path.insert(0, os.getcwd())
+            runpy.run_module(module, run_name="__main__", alter_sys=True)
+        else:
+            assert path is not None
+            sys.argv = [path, *args]
+            sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
+            if _rewriting():
+                _run_rewritten(path)
+            else:
+                runpy.run_path(path, run_name="__main__")
+        return 0
+    except SystemExit as e:
+        return _exit_code(e)
+    except KeyboardInterrupt:
+        traceback.print_exc()
+        return 130
+    except BaseException:
+        # print the traceback as Python would, without our own frames
+        etype, value, tb = sys.exc_info()
+        while tb is not None and tb.tb_frame.f_code.co_filename in (__file__, runpy.__file__):
+            tb = tb.tb_next
+        traceback.print_exception(etype, value, tb)
+        return 1
+    finally:
+        sys.argv = saved_argv
+        if saved_path0 is not None and sys.path and sys.path[0] != saved_path0:
+            sys.path.pop(0)
+
+
+def _not_started(entry: str) -> bool:
+    """True when ``entry`` is not yet running (``ascendify run``: it will be compiled with the rewrite);
+    False when it is the already-running ``__main__`` (``import ascendify.auto``: it can only be scanned)."""
+    main = sys.modules.get("__main__")
+    return os.path.abspath(getattr(main, "__file__", "") or "") != os.path.abspath(entry)
+
+
+def _rewriting() -> bool:
+    from ascendify.auto import runtime
+
+    s = runtime.current()
+    return s is not None and getattr(s, "rewrite_checks", False)
+
+
+def _run_rewritten(path: str) -> None:
+    """Like ``runpy.run_path(path, run_name="__main__")``, compiling the script with its device checks
+    rewritten (:mod:`ascendify.auto.rewrite`)."""
+    import builtins
+    import types
+
+    from ascendify.auto import runtime
+    from ascendify.auto.rewrite import compile_user_source
+
+    s = runtime.current()
+    with open(path, "rb") as f:
+        code = compile_user_source(f.read(), path, s.target.device_type, s.target.dist_backend, s.rec)
+    mod = types.ModuleType("__main__")
+    mod.__dict__.update(__file__=path, __builtins__=builtins, __spec__=None, __loader__=None, __package__=None,
+                        __cached__=None)
+    saved = sys.modules.get("__main__")
+    sys.modules["__main__"] = mod
+    try:
+        exec(code, mod.__dict__)
+    finally:
+        if saved is not None:
+            sys.modules["__main__"] = saved
+
+
+def is_torchrun(path: str | None, module: str | None) -> bool:
+    if module is not None:
+        return module in TORCHRUN_MODULES
+    return path is not None and os.path.basename(path) in ("torchrun", "torchrun.py")
+
+
+def run_torchrun(args: list[str], child_flags: list[str]) -> int:
+    """Parse torchrun's arguments and start each worker as ``python -m ascendify run FLAGS SCRIPT ARGS``."""
+    from torch.distributed.run import get_args_parser
+    from torch.distributed.run import run as torchrun
+
+    a = get_args_parser().parse_args(args)
+    if a.no_python:
+        print("ascendify run: torchrun --no-python runs a program that is not Python: it cannot be redirected",
+              file=sys.stderr)
+        return 2
+    inner = ["-m", a.training_script] if a.module else [a.training_script]
+    a.training_script_args = ["run", *child_flags, *inner, *a.training_script_args]
+    a.training_script = "ascendify"
+    a.module = True
+    try:
+        torchrun(a)
+    except SystemExit as e:
+        return _exit_code(e)
+    except Exception as e:  # ChildFailedError: torchrun already printed the ranks' errors
+        print(f"ascendify run: torchrun failed: {e.__class__.__name__}", file=sys.stderr)
+        return 1
+    return 0

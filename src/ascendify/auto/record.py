@@ -1,0 +1,197 @@
+"""What happened during a run: redirections, calls with no effect, unsupported calls, unmapped device values.
+
+Each entry counts calls and keeps the *first call site* (``file:line`` of the first frame outside torch and
+ascendify). Counting is a dict lookup and an increment; the stack is walked only the first time an API is seen,
+so recording stays off the hot path.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import sysconfig
+from collections.abc import Callable
+from functools import cache
+from typing import Any
+
+
+class UnsupportedOnTarget(RuntimeError):
+    """A CUDA API with no equivalent on the target device was called (or, with ``--strict``, a degraded one)."""
+
+
+# ---------------------------------------------------------------------------------------------- call sites
+
+
+@cache
+def _skip_roots() -> tuple[str, ...]:
+    """Folders whose frames are never a call site: torch, this package, runpy/importlib machinery."""
+    roots = [os.path.dirname(os.path.abspath(__file__))]
+    torch = sys.modules.get("torch")
+    if torch is not None and getattr(torch, "__file__", None):
+        roots.append(os.path.dirname(os.path.abspath(torch.__file__)))
+    import runpy
+
+    roots.append(os.path.abspath(runpy.__file__))
+    return tuple(roots)
+
+
+@cache
+def _library_roots() -> tuple[str, ...]:
+    """Folders that hold library code (stdlib, site-packages, torch, ascendify itself)."""
+    roots = set()
+    for key in ("stdlib", "platstdlib", "purelib", "platlib"):
+        p = sysconfig.get_paths().get(key)
+        if p:
+            roots.add(os.path.abspath(p))
+    for p in sys.path:
+        if p and ("site-packages" in p or "dist-packages" in p):
+            roots.add(os.path.abspath(p))
+    roots.add(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the ascendify package
+    roots.update(_skip_roots())
+    return tuple(sorted(roots))
+
+
+_USER_CACHE: dict[str, bool] = {}
+_USER_ROOTS: list[str] = [os.path.abspath(p) for p in os.environ.get("ASCENDIFY_USER_CODE", "").split(os.pathsep) if p]
+
+
+def add_user_root(path: str) -> None:
+    """Count files under ``path`` as user code even inside site-packages (the ``-m`` entry package, or the
+    folders in ``ASCENDIFY_USER_CODE``)."""
+    p = os.path.abspath(path)
+    if p not in _USER_ROOTS:
+        _USER_ROOTS.append(p)
+        _USER_CACHE.clear()
+
+
+def is_user_file(filename: str) -> bool:
+    """True when ``filename`` is the user's code rather than a library (torch, site-packages, stdlib, ascendify).
+
+    >>> is_user_file(os.__file__)
+    False
+    """
+    r = _USER_CACHE.get(filename)
+    if r is None:
+        if filename.startswith("<"):
+            r = False
+        else:
+            path = os.path.abspath(filename)
+            r = any(path == root or path.startswith(root + os.sep) for root in _USER_ROOTS) or not any(
+                path == root or path.startswith(root + os.sep) for root in _library_roots())
+        _USER_CACHE[filename] = r
+    return r
+
+
+def caller_is_user(depth: int = 2) -> bool:
+    """True when the nearest real frame above ``depth`` (skipping ``<string>``-style frames) is user code."""
+    f = sys._getframe(depth)
+    while f is not None and f.f_code.co_filename.startswith("<"):
+        f = f.f_back
+    return f is not None and is_user_file(f.f_code.co_filename)
+
+
+def _short(path: str) -> str:
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:
+        return path
+    return path if rel.startswith("..") else rel
+
+
+def call_site(depth: int = 2) -> str:
+    """``file:line`` of the first user frame above ``depth``; failing that, the first frame outside torch,
+    ascendify and runpy (a library that called the API itself)."""
+    f = sys._getframe(depth)
+    roots = _skip_roots()
+    fallback = None
+    while f is not None:
+        fn = f.f_code.co_filename
+        if is_user_file(fn):
+            return f"{_short(fn)}:{f.f_lineno}"
+        if fallback is None and not fn.startswith("<") and not any(fn.startswith(r) for r in roots):
+            fallback = f"{_short(fn)}:{f.f_lineno}"
+        f = f.f_back
+    return fallback or "<unknown>"
+
+
+# ---------------------------------------------------------------------------------------------- recorder
+
+
+class Recorder:
+    """Counts and first call sites, in four kinds (see ``docs/auto.md``).
+
+    - ``redirected``: a CUDA API or value now goes to the target (``torch.cuda.synchronize`` -> ``torch.npu...``);
+    - ``no_effect``: accepted but does nothing on the target (``torch.backends.cudnn.benchmark``), or approximated;
+    - ``unsupported``: no equivalent on the target; the call raised :class:`UnsupportedOnTarget` (or was
+      skipped, for pure annotations such as NVTX ranges, unless ``strict``);
+    - ``unmapped``: a CUDA-looking string in a device position that is not a device (``"cuda:x"``); passed on.
+    """
+
+    def __init__(self, target: str = "", strict: bool = False) -> None:
+        self.target = target
+        self.strict = strict
+        self.redirected: dict[str, list[Any]] = {}
+        self.no_effect: dict[str, list[Any]] = {}
+        self.unsupported: dict[str, list[Any]] = {}
+        self.unmapped: dict[str, list[Any]] = {}
+        self.findings: list[dict[str, Any]] = []
+        self.on_first: Callable[[], None] | None = None  # run when a new API is first seen (env translation)
+
+    # hot path: one dict lookup when the API was seen before
+    def hit(self, api: str, detail: str = "") -> None:
+        e = self.redirected.get(api)
+        if e is not None:
+            e[0] += 1
+            return
+        self.redirected[api] = [1, call_site(3), detail]
+        if self.on_first is not None:
+            self.on_first()
+
+    def noop(self, api: str, reason: str) -> None:
+        e = self.no_effect.get(api)
+        if e is not None:
+            e[0] += 1
+            return
+        self.no_effect[api] = [1, call_site(3), reason]
+
+    def unsupported_call(self, api: str, reason: str, ignorable: bool = False) -> None:
+        """Record an unsupported call; raise :class:`UnsupportedOnTarget` unless it is ignorable and not strict."""
+        site = call_site(3)
+        e = self.unsupported.get(api)
+        if e is None:
+            self.unsupported[api] = [1, site, reason]
+        else:
+            e[0] += 1
+        if self.strict or not ignorable:
+            raise UnsupportedOnTarget(f"{api} is not supported on {self.target} (called at {site}): {reason}")
+
+    def unmapped_value(self, api: str, value: Any) -> None:
+        key = f"{api}({value!r})"
+        site = call_site(4)
+        e = self.unmapped.get(key)
+        if e is None:
+            self.unmapped[key] = [1, site, f"{value!r} looks like a CUDA device but is not one; passed on unchanged"]
+        else:
+            e[0] += 1
+        if self.strict:
+            raise UnsupportedOnTarget(
+                f"{api}: {value!r} in a device position could not be mapped to {self.target} (called at {site})"
+            )
+
+    def finding(self, site: str, message: str) -> None:
+        self.findings.append({"site": site, "message": message})
+
+    def as_dict(self) -> dict[str, Any]:
+        def rows(d: dict[str, list[Any]], third: str) -> list[dict[str, Any]]:
+            out = [{"api": k, "count": v[0], "first_site": v[1], third: v[2]} for k, v in d.items()]
+            return sorted(out, key=lambda r: (-r["count"], r["api"]))
+
+        return {
+            "target": self.target,
+            "strict": self.strict,
+            "redirected": rows(self.redirected, "to"),
+            "no_effect": rows(self.no_effect, "reason"),
+            "unsupported": rows(self.unsupported, "reason"),
+            "unmapped": rows(self.unmapped, "reason"),
+            "findings": list(self.findings),
+        }
