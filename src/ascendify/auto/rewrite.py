@@ -1,12 +1,13 @@
-"""Opt-in (``ascendify run --rewrite-checks``): make the user's device-type checks see CUDA as the target.
+"""On by default (``--no-rewrite-checks`` / ``ASCENDIFY_REWRITE_CHECKS=0`` turn it off): make the user's
+device-type checks see CUDA as the target.
 
 Run-time redirection cannot change ``device.type == "cuda"``: the device *is* an ``npu`` device, so the check
-takes its non-CUDA branch (which may mean a CPU autocast for NPU tensors). With ``--rewrite-checks`` the user's
+takes its non-CUDA branch (which may mean a CPU autocast for NPU tensors). The user's
 own files (the entry script and the modules it imports from outside site-packages, torch and the standard
 library) are compiled with one narrow change: in a comparison whose other side is an attribute ``.type`` (a
 device type) the literal ``"cuda"`` becomes the target type, and in a comparison with a ``get_backend()`` call
 ``"nccl"`` becomes the target backend. Nothing else changes, nothing is written to disk and no bytecode is
-cached, so files are untouched for runs without the flag. Every rewritten comparison is listed in the report.
+cached, so the files on disk never change. Every rewritten comparison is listed in the report.
 
 >>> rewrite_source("ok = dev.type == 'cuda' and name == 'cuda'\\n", "npu", "hccl")[0]
 "ok = dev.type == 'npu' and name == 'cuda'\\n"
