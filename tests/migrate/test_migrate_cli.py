@@ -82,6 +82,16 @@ def test_diff_prints_and_writes_nothing(tmp_path, capsys):
     assert snapshot(tmp_path) == before
 
 
+def test_check_with_diff_prints_the_diff_and_exits_1(tmp_path, capsys):
+    src = make_tree(tmp_path)
+    before = snapshot(tmp_path)
+    assert run(src, "--check", "--diff", "-q") == 1
+    assert "+    return x.npu()" in capsys.readouterr().out
+    assert snapshot(tmp_path) == before
+    assert run(src, "--check", "-o", tmp_path / "out", "-q") == 1  # --check writes nothing, even with -o
+    assert not (tmp_path / "out").exists() and not (tmp_path / "out_migration_report").exists()
+
+
 def test_inplace_rewrites_the_input(tmp_path):
     src = make_tree(tmp_path)
     assert run(src, "--inplace", "-q") == 0
@@ -176,3 +186,24 @@ def test_prefilter_skips_parsing_only_files_without_relevant_tokens(tmp_path, ca
     assert run(src, "--format", "json", "--ignore", "ASC9") == 0
     files = {f["path"]: f for f in json.loads(capsys.readouterr().out)["files"]}
     assert files["api_only.py"]["parsed"] is False
+
+
+@pytest.mark.skipif(os.name != "posix", reason="posix permissions")
+def test_converted_files_keep_the_input_permissions(tmp_path):
+    src = make_tree(tmp_path)
+    (src / "train.py").chmod(0o755)
+    (src / "pkg" / "util.py").chmod(0o640)
+    assert run(src, "-o", tmp_path / "out", "-q") == 0
+    assert (tmp_path / "out" / "train.py").stat().st_mode & 0o777 == 0o755  # converted
+    assert (tmp_path / "out" / "pkg" / "util.py").stat().st_mode & 0o777 == 0o640  # copied
+
+
+def test_two_inputs_that_would_write_the_same_output_file_are_refused(tmp_path, capsys):
+    a, b = make_tree(tmp_path / "a"), make_tree(tmp_path / "b")
+    assert run(a / "train.py", b / "train.py", "-o", tmp_path / "out") == 2
+    assert "same output file" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+    assert run(a, b, "-o", tmp_path / "out", "-q") == 2  # two folders called proj: out/proj/... twice
+    b.rename(tmp_path / "b" / "other")
+    assert run(a, tmp_path / "b" / "other", "-o", tmp_path / "out", "-q") == 0
+    assert (tmp_path / "out" / "proj" / "train.py").exists() and (tmp_path / "out" / "other" / "train.py").exists()

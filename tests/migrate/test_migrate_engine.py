@@ -173,3 +173,35 @@ def test_module_doctests():
 
     for mod in (migrate, imports, native, source):
         assert doctest.testmod(mod).failed == 0, mod.__name__
+
+
+def test_host_event_helper_is_defined_once_reused_later_and_never_shadows_a_user_name():
+    src = "import torch\na = torch.cuda.Event(enable_timing=True)\nb = torch.cuda.Event(enable_timing=True)\n"
+    once = convert(src, PORTABLE)
+    assert once.count("class HostEvent:") == 1 and once.count("else HostEvent()") == 2
+    # events added after a first run reuse the helper that run defined
+    later = convert(once + "c = torch.cuda.Event(enable_timing=True)\n", PORTABLE)
+    assert later.count("class HostEvent:") == 1 and later.count("else HostEvent()") == 3
+    # a file with its own HostEvent keeps it: the timing event is listed, not converted to a wrong class
+    own = "import torch\nclass HostEvent:\n    pass\ne = torch.cuda.Event(enable_timing=True)\n"
+    out, result = migrate_source(own, PORTABLE)
+    assert "torch.cuda.Event(enable_timing=True)" in out and out.count("class HostEvent") == 1
+    assert any(f.rule == "ASC203" and f.kind == "report" for f in result.findings)
+    # events without timing need no helper
+    plain = convert("import torch\ne = torch.cuda.Event()\n", PORTABLE)
+    assert "HostEvent" not in plain and "else torch.cpu.Event()" in plain
+
+
+def test_portable_helper_runs_on_this_cpu():
+    import torch
+
+    from ascendify.migrate import portable
+
+    ns = {}
+    exec(portable.helper_source(portable.HOST_EVENT), ns)
+    start, end = ns["HostEvent"](enable_timing=True), ns["HostEvent"]()
+    start.record()
+    torch.ones(64, 64).sum()
+    end.record(torch.cpu.current_stream())
+    end.synchronize()
+    assert end.query() and start.elapsed_time(end) >= 0.0

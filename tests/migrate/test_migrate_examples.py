@@ -133,3 +133,31 @@ def test_reports_cover_the_issue_checklist(npu_converted):
                 "ASC603", "ASC606", "ASC607", "ASC801", "ASC803", "ASC804", "ASC901", "ASC902", "ASC903",
                 "ASC904"):
         assert rid in rules, rid
+
+
+@pytest.mark.parametrize("path", FILES, ids=IDS)
+def test_crlf_bom_and_declared_encoding_survive_every_rewrite(converted, path):
+    """The same file with CRLF line ends, a UTF-8 BOM, or a latin-1 PEP 263 declaration converts to exactly the
+    LF conversion in that form: no rule (inserted blocks, guards, re-indented ranges) writes a bare LF or
+    touches the encoding."""
+    target, out = converted
+    data, new, *_ = out[path]
+    if new == data:
+        return
+    crlf, _ = migrate_source(data.replace(b"\n", b"\r\n"), Options(target=target), path=path.name)
+    assert crlf == new.replace(b"\n", b"\r\n")
+    bom, _ = migrate_source(b"\xef\xbb\xbf" + data, Options(target=target), path=path.name)
+    assert bom == b"\xef\xbb\xbf" + new
+    if data.isascii() and not data.startswith((b"#!", b"# -*-")):
+        head = b"# -*- coding: latin-1 -*-\n# caf\xe9\n"  # a latin-1 byte that is not UTF-8
+        latin, _ = migrate_source(head + data, Options(target=target), path=path.name)
+        assert latin == head + new
+
+
+@pytest.mark.parametrize(("project", "target"), [("npu_project", "npu"), ("portable_project", "portable")])
+def test_hand_ports_are_left_as_they_are(project, target):
+    """Code already written for the target (the careful hand ports) is a fixed point: nothing to convert."""
+    for path in sorted((REPO / "examples" / project).rglob("*.py")):
+        data = path.read_bytes()
+        new, result = migrate_source(data, Options(target=target), path=path.name)
+        assert new == data, (path.name, [(f.rule, f.line, f.after) for f in result.findings if f.kind == "change"])

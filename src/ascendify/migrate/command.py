@@ -113,13 +113,18 @@ def run(args: argparse.Namespace) -> int:
 
     from .engine import Options
     from .report import build, print_summary, write
-    from .runner import plan, run_tasks
+    from .runner import clashes, plan, run_tasks
 
     options = Options(target=args.target, unsafe=args.unsafe, select=tuple(s.upper() for s in args.select),
                       ignore=tuple(s.upper() for s in args.ignore))
-    mode = "check" if args.check else "diff" if args.diff else "inplace" if args.inplace else \
+    # --check --diff (as with black/ruff): print the diff and exit 1 when something would change
+    mode = "diff" if args.diff else "check" if args.check else "inplace" if args.inplace else \
         "write" if args.output is not None else "check"
     tasks = plan(list(args.paths), args.output, mode, options, args.max_size)
+    clash = clashes(tasks)
+    if clash:
+        return _usage(f"two inputs would be written to the same output file: {clash[0]} (convert them "
+                      "separately, or pass their common folder)")
     console = Console(stderr=True)
     if not console.is_terminal:
         console = Console(stderr=True, width=160)

@@ -66,6 +66,8 @@ class Context:
         self.in_fstring = self.index.in_fstring
         self.need_device_type = False  # portable: DEVICE_TYPE must be defined after the imports
         self._dt_state: str | None = None
+        self.need_helpers: list[str] = []  # portable: helper classes to define after the imports (HostEvent)
+        self._helper_states: dict[str, str] = {}
 
     # -- names and text ----------------------------------------------------------------------------------
     def qname(self, node: ast.AST) -> str | None:
@@ -132,6 +134,73 @@ class Context:
                     state = "taken"
             self._dt_state = state
         return self._dt_state
+
+    def helper(self, name: str) -> str | None:
+        """The name of portable helper ``name`` (see ``portable.HELPERS``), defined once after the imports.
+
+        None where the file uses the name for something else (the caller then lists the site instead).
+        """
+        state = self._helper_states.get(name)
+        if state is None:
+            state = "missing"
+            for node in self.index.order:
+                if isinstance(node, ast.ClassDef) and node.name == name:
+                    ok = id(node) in self.index.top_ids and (ast.get_docstring(node) or "").startswith(
+                        portable.HELPER_MARK)
+                    state = "defined" if ok and state != "taken" else "taken"
+                elif (isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Store)
+                      or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name
+                      or isinstance(node, ast.arg) and node.arg == name):
+                    state = "taken"
+            if name in self.imports.names:
+                state = "taken"
+            self._helper_states[name] = state
+        if state == "taken":
+            return None
+        if state == "missing" and name not in self.need_helpers:
+            self.need_helpers.append(name)
+        return name
+
+    def accelerator_guarded(self, node: ast.AST) -> bool:
+        """``node`` only runs when an accelerator is in use: it sits in the true branch of an ``if`` (or a
+        conditional expression) testing ``torch.accelerator.is_available()``, ``<device>.type != "cpu"``,
+        ``not x.is_cpu``, or a variable assigned one of those (``on_device = device.type != "cpu"``)."""
+        child, p = node, self.parent(node)
+        while p is not None:
+            if isinstance(p, ast.If) and child in p.body or isinstance(p, ast.IfExp) and child is p.body:
+                if self._accelerator_test(p.test, 0):
+                    return True
+            if isinstance(p, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+                return False
+            child, p = p, self.parent(p)
+        return False
+
+    def _accelerator_test(self, test: ast.AST, depth: int) -> bool:
+        if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
+            return any(self._accelerator_test(v, depth) for v in test.values)
+        if isinstance(test, ast.Call):
+            return self.qname(test.func) in ("torch.accelerator.is_available", "torch.cuda.is_available")
+        if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.NotEq):
+            other = test.comparators[0]
+            return isinstance(other, ast.Constant) and other.value == "cpu"
+        if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+            return isinstance(test.operand, ast.Attribute) and test.operand.attr == "is_cpu"
+        if isinstance(test, ast.Name) and depth == 0:
+            values = [a.value for a in self.index.assigns if isinstance(a, ast.Assign) and len(a.targets) == 1
+                      and isinstance(a.targets[0], ast.Name) and a.targets[0].id == test.id]
+            return bool(values) and all(self._accelerator_test(v, 1) for v in values)
+        return False
+
+    def in_expression(self, node: ast.AST, text: str) -> str:
+        """``text`` (a conditional expression replacing ``node``), in parentheses unless the position takes one bare."""
+        p = self.parent(node)
+        bare = (
+            isinstance(p, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Return, ast.Expr, ast.keyword,
+                           ast.withitem, ast.List, ast.Tuple, ast.Set))
+            or isinstance(p, ast.Call) and node in p.args
+            or isinstance(p, ast.Dict) and node in p.values
+        )
+        return text if bare else f"({text})"
 
     def device_literal(self, value: str) -> str:
         """Replacement text for a device string such as ``"cuda"``/``"cuda:1"`` on this target."""
@@ -361,10 +430,13 @@ def _leading_imports_end(ctx: Context) -> int:
 
 
 def _insert_device_type(ctx: Context) -> Edit:
+    """DEVICE_TYPE and the portable helper classes, defined once after the file's leading imports."""
     src = ctx.src
     nl = src.newline
     torch = ctx.imports.local_for("torch") or "torch"
-    text = portable.device_type_block(torch, nl)
+    text = portable.device_type_block(torch, nl) if ctx.need_device_type else ""
+    for name in ctx.need_helpers:
+        text += portable.helper_block(name, nl)
     after = _leading_imports_end(ctx)
     if after == 0:
         first = ctx.tree.body[0] if ctx.tree.body else None
@@ -464,12 +536,13 @@ def migrate_source(data: bytes | str, options: Options, path: str = "<string>") 
             findings.append(Finding("ASC001", CHANGE, line, line, api=", ".join(needs),
                                     message=f"add `import {', '.join(needs)}` once",
                                     before="", after=imp.text.strip(), edits=[imp]))
-        if ctx.need_device_type:
+        if ctx.need_device_type or ctx.need_helpers:
             dt = _insert_device_type(ctx)
             edits.append(dt)
             line = src.line_of(dt.start) if dt.start < len(src.text) else src.line_count()
-            findings.append(Finding("ASC001", CHANGE, line, line, api=portable.DEVICE_TYPE_NAME,
-                                    message=f"define {portable.DEVICE_TYPE_NAME} once after the imports",
+            names = [portable.DEVICE_TYPE_NAME] * ctx.need_device_type + ctx.need_helpers
+            findings.append(Finding("ASC001", CHANGE, line, line, api=", ".join(names),
+                                    message=f"define {', '.join(names)} once after the imports",
                                     before="", after=dt.text.strip(), edits=[dt]))
         new_text = apply_edits(src.text, edits)
         try:

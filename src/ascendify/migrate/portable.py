@@ -32,6 +32,48 @@ def accel_available(torch: str = "torch") -> str:
     return f"{torch}.accelerator.is_available()"
 
 
+# Helper classes the portable output defines once per file (after DEVICE_TYPE) where torch has no CPU
+# implementation. Their docstring starts with HELPER_MARK, so a later run recognises and reuses them.
+HELPER_MARK = "ascendify:"
+HOST_EVENT = "HostEvent"
+_HELPERS: dict[str, list[str]] = {
+    HOST_EVENT: [
+        "class HostEvent:",
+        '    """ascendify: stands in for torch.Event on the CPU (no device events there): host clock, in ms."""',
+        "",
+        "    def __init__(self, *args, **kwargs):",
+        "        self.t = 0.0",
+        "",
+        "    def record(self, stream=None):",
+        "        from time import perf_counter",
+        "",
+        "        self.t = perf_counter()",
+        "",
+        "    def elapsed_time(self, end):",
+        "        return (end.t - self.t) * 1000.0",
+        "",
+        "    def query(self):",
+        "        return True",
+        "",
+        "    def synchronize(self):",
+        "        pass",
+        "",
+        "    def wait(self, stream=None):",
+        "        pass",
+    ],
+}
+HELPERS = tuple(_HELPERS)
+
+
+def helper_block(name: str, nl: str = "\n") -> str:
+    """The definition of helper ``name``, with two blank lines before it."""
+    return nl + nl + nl.join(_HELPERS[name]) + nl + nl
+
+
+def helper_source(name: str) -> str:
+    return "\n".join(_HELPERS[name]) + "\n"
+
+
 # torch.cuda.X -> (torch.<replacement>, value when no accelerator is available or None for "no guard")
 # "NOGUARD" means the replacement works without an accelerator.
 NOGUARD = object()
@@ -53,9 +95,17 @@ CUDA_TO_PORTABLE: dict[str, tuple[str, object]] = {
     "current_stream": ("get_device_module().current_stream", NOGUARD),  # torch.cpu has a dummy stream
     "stream": ("get_device_module().stream", NOGUARD),
     "set_stream": ("accelerator.set_stream", "None"),
+    # called: guarded, see STREAM_EVENT_FALLBACK; named without a call (isinstance, annotations): renamed
     "Stream": ("Stream", NOGUARD),
     "Event": ("Event", NOGUARD),
 }
+
+# torch.cuda.Stream(...) / torch.cuda.Event(...) calls -> torch.Stream / torch.Event when an accelerator is
+# available, else torch.cpu's stand-ins: torch.cpu.Stream (wait_stream, wait_event, record_event do nothing;
+# torch.cpu.stream(s) selects it) and torch.cpu.Event, or the HostEvent helper for timing events
+# (record() / elapsed_time() on the host clock). A CPU torch.Stream/torch.Event fails on record_event(),
+# wait_stream() and record(): "cpu backend doesn't support events".
+STREAM_EVENT_FALLBACK = {"Stream": "cpu.Stream()", "Event": "cpu.Event()"}
 
 # torch.cuda.X -> torch.get_device_module().X (the current accelerator's module: torch.npu, torch.cuda, ...),
 # guarded, with this value when no accelerator is available.
@@ -96,6 +146,12 @@ TORCH_NAMES_USED = sorted(
         "torch.Tensor.is_cpu",
         "torch.cpu.current_stream",
         "torch.cpu.stream",
+        "torch.cpu.Stream",
+        "torch.cpu.Event",
+        "torch.autograd.profiler.record_function",
+        "torch.Stream",
+        "torch.Event",
+        "torch.Tensor.record_stream",
         "torch.tensor",
         "torch.empty",
     }

@@ -84,6 +84,19 @@ def plan(paths: list[Path], out: Path | None, mode: str, options: Options, max_b
     return tasks
 
 
+def clashes(tasks: list[Task]) -> list[str]:
+    """Output paths that two inputs would both be written to (``a/train.py b/train.py -o out``)."""
+    seen: dict[str, str] = {}
+    out = []
+    for t in tasks:
+        if t.dst is None:
+            continue
+        if t.dst in seen and seen[t.dst] != t.src:
+            out.append(f"{t.src} and {seen[t.dst]} -> {t.dst}")
+        seen.setdefault(t.dst, t.src)
+    return out
+
+
 def _copy(task: Task) -> None:
     if task.mode != "write" or task.dst is None:
         return
@@ -165,7 +178,8 @@ def process(task: Task) -> tuple[FileResult, str | None]:
         diff = None
         if res.status == "changed":
             if task.mode in ("write", "inplace") and task.dst:
-                fileio.write_atomic(task.dst, new)
+                # the output keeps the input's permission bits (an executable script stays executable)
+                fileio.write_atomic(task.dst, new, mode=path.stat().st_mode & 0o7777)
             elif task.mode == "diff":
                 a = data.decode(_enc(data), errors="replace").splitlines(keepends=True)
                 b = new.decode(_enc(data), errors="replace").splitlines(keepends=True)

@@ -10,7 +10,7 @@ from ascendify import knowledge
 
 from .. import portable as P
 from ..model import MANUAL, UNSUPPORTED, Edit
-from .base import NPU, PORTABLE, REPORT_ONLY, Example, rule
+from .base import NPU, PORTABLE, REGISTRY, REPORT_ONLY, Example, rule
 
 AMP_NAMES = ("autocast", "GradScaler", "custom_fwd", "custom_bwd")
 
@@ -219,7 +219,9 @@ def _device_arg(ctx) -> str:
 
     ## Use instead
     `torch.amp.autocast("npu", dtype=torch.float16)`, `GradScaler("npu")`; `--to portable` passes the current
-    accelerator's type.
+    accelerator's type, and where the CUDA code relied on CUDA's default autocast dtype (float16:
+    `torch.cuda.amp.autocast()`, `torch.autocast("cuda")` without `dtype`) it writes `dtype=torch.float16`, as
+    the default differs per device (bfloat16 on the CPU).
 
     ## Fix safety
     Safe.
@@ -233,6 +235,18 @@ def _device_arg(ctx) -> str:
             "from torch.cuda.amp import autocast, GradScaler\nscaler = GradScaler()\nwith autocast(True):\n    pass\n",
             'from torch.amp import autocast, GradScaler\nimport torch_npu\nscaler = GradScaler("npu")\n'
             'with autocast("npu", enabled=True):\n    pass\n',
+        ),
+        Example(
+            "import torch\nwith torch.cuda.amp.autocast():\n    pass\n",
+            "import torch\n" + P.device_type_block()
+            + "with torch.amp.autocast(DEVICE_TYPE, dtype=torch.float16):\n    pass\n",
+            target=PORTABLE,
+        ),
+        Example(
+            'import torch\nwith torch.autocast(device_type="cuda", enabled=amp):\n    pass\n',
+            "import torch\n" + P.device_type_block()
+            + "with torch.autocast(device_type=DEVICE_TYPE, enabled=amp, dtype=torch.float16):\n    pass\n",
+            target=PORTABLE,
         ),
         Example(
             "import torch\nscaler = torch.amp.GradScaler()\n",
@@ -257,12 +271,16 @@ def cuda_amp(ctx, node: ast.AST) -> None:
                 ctx.claim(node.func)
                 ctx.change(node, [ctx.insert_first_arg(node, _device_arg(ctx))], api=q,
                            message="GradScaler's default device is \"cuda\": pass the device")
+            elif q in AUTOCAST_NAMES and ctx.target == PORTABLE:
+                _cuda_autocast_dtype(ctx, node, q)
             return
         ctx.claim(node.func)
         edits = _rename_amp(ctx, node.func, name)
         dev = _device_arg(ctx)
         if name in ("custom_fwd", "custom_bwd"):
             edits.append(ctx.insert_first_arg(node, f"device_type={dev}"))
+        elif name == "autocast" and ctx.target == PORTABLE and _no_dtype(node, 1):
+            edits.append(ctx.insert_first_arg(node, f"{dev}, dtype={ctx.ref('torch')}.float16"))
         else:
             edits.append(ctx.insert_first_arg(node, dev))
             if name == "autocast":
@@ -287,6 +305,30 @@ def cuda_amp(ctx, node: ast.AST) -> None:
         else:
             ctx.report(node, api=q, severity=MANUAL, reason=f"{q} used without a call",
                        tip=f"use torch.amp.{name} with an explicit device type")
+
+
+AUTOCAST_NAMES = ("torch.autocast", "torch.amp.autocast", "torch.amp.autocast_mode.autocast")
+
+
+def _no_dtype(call: ast.Call, position: int) -> bool:
+    """``call`` passes no dtype (as keyword, at ``position``, or through ``*args``/``**kwargs``)."""
+    return (len(call.args) <= position and not any(isinstance(a, ast.Starred) for a in call.args)
+            and not any(k.arg in ("dtype", None) for k in call.keywords))
+
+
+def _cuda_autocast_dtype(ctx, call: ast.Call, q: str) -> None:
+    """``torch.autocast("cuda")`` without a dtype means float16; portable code says so (the CPU's default is bf16)."""
+    dev = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "device_type"), None)
+    if not (isinstance(dev, ast.Constant) and dev.value == "cuda") or not _no_dtype(call, 1):
+        return
+    a, b = ctx.span(call)
+    close = b - 1
+    if ctx.src.text[close] != ")":
+        return ctx.change(call, [None], api=q)
+    head = ctx.src.text[a:close].rstrip()
+    sep = " " if head.endswith(",") else ", "
+    ctx.change(call, [Edit(close, close, f"{sep}dtype={ctx.ref('torch')}.float16")], api=q,
+               message='autocast on "cuda" defaults to float16: keep the dtype on every device')
 
 
 def _is_decorator(parent, node) -> bool:
@@ -386,6 +428,8 @@ def _portable(ctx, node: ast.AST, q: str) -> None:
     new, guard = entry
     ctx.claim(node)
     torch = ctx.ref("torch")
+    if name in P.STREAM_EVENT_FALLBACK and is_call:
+        return _stream_or_event(ctx, node, call, q, name, torch)
     if guard is P.NOGUARD or not is_call:
         ctx.change(node, [ctx.chain_edit(node, "torch." + new)], api=q, message=f"{q} -> torch.{new}")
         return
@@ -404,6 +448,33 @@ def _portable(ctx, node: ast.AST, q: str) -> None:
     else:
         text = f"({new_call} if {cond} else {guard})"
         ctx.change(call, [Edit(ca, cb, text)], api=q, message=f"{q} -> torch.{new} (guarded)")
+
+
+def _stream_or_event(ctx, node: ast.AST, call: ast.Call, q: str, name: str, torch: str) -> None:
+    """``torch.cuda.Stream(...)``/``Event(...)``: torch.Stream/torch.Event on an accelerator, a CPU stand-in else."""
+    if ctx.chain_edit(node, "torch." + name) is None:
+        return ctx.change(node, [None], api=q)
+    fallback = f"{torch}.{P.STREAM_EVENT_FALLBACK[name]}"
+    if name == "Event" and not _timing_off(call):
+        helper = ctx.helper(P.HOST_EVENT)
+        if helper is None:
+            return ctx.report(call, api=q, severity=MANUAL,
+                              reason=f"a timing event has no CPU implementation and `{P.HOST_EVENT}` is taken here",
+                              tip="on the CPU, time with time.perf_counter() instead of events")
+        fallback = f"{helper}()"
+    fa, fb = ctx.span(node)
+    ca, cb = ctx.span(call)
+    text = f"{ctx.ref('torch.' + name)}{ctx.hole_span(fb, cb)} if {P.accel_available(torch)} else {fallback}"
+    ctx.change(call, [Edit(ca, cb, ctx.in_expression(call, text))], api=q,
+               message=f"{q} -> torch.{name} on an accelerator, {fallback} on the CPU")
+
+
+def _timing_off(call: ast.Call) -> bool:
+    """The event is created without timing (no ``enable_timing``, or a constant False)."""
+    values = [kw.value for kw in call.keywords if kw.arg == "enable_timing"] + call.args[:1]  # Event(enable_timing,..)
+    if any(kw.arg is None for kw in call.keywords) or any(isinstance(a, ast.Starred) for a in call.args):
+        return False
+    return all(isinstance(v, ast.Constant) and not v.value for v in values)
 
 
 def _alone_on_lines(ctx, stmt: ast.stmt) -> bool:
@@ -445,6 +516,11 @@ def cuda_api_without_equivalent(ctx, node: ast.AST) -> None:
     q = ctx.qname(node)
     if not q or not q.startswith("torch.cuda.") or ctx.is_claimed(node) or q.startswith("torch.cuda.amp"):
         return
+    if q.startswith("torch.cuda.nvtx.range_p") and ctx.options.enabled(REGISTRY["ASC503"]):
+        from .tooling import paired_nvtx_calls
+
+        if id(node) in paired_nvtx_calls(ctx):
+            return  # ASC503 turns the pair into a `with` block (or lists it)
     ctx.claim(node)
     prefix = no_equivalent_prefix(q)
     if ctx.target == NPU:

@@ -101,7 +101,9 @@ def type_edit(a: int, b: int, text: str) -> Edit:
     `if x.is_cuda: ...`
 
     ## Use instead
-    `--to npu`: `x.is_npu`. `--to portable`: `(not x.is_cpu)`.
+    `--to npu`: `x.is_npu`. `--to portable`: `(not x.is_cpu)` ("is it on the accelerator?": the branch it
+    gates is skipped on the CPU), except as the test of an `assert`, which states where the data must live:
+    `assert x.device.type == DEVICE_TYPE` (the program's device), so the assertion holds on the CPU too.
 
     ## Fix safety
     Safe.
@@ -109,6 +111,8 @@ def type_edit(a: int, b: int, text: str) -> Edit:
     examples=[
         Example("if x.is_cuda:\n    pass\n", "if x.is_npu:\n    pass\n"),
         Example("ok = x.is_cuda and y\n", "ok = (not x.is_cpu) and y\n", target=PORTABLE),
+        Example('import torch\nassert x.is_cuda, "on the GPU"\n',
+                "import torch\n" + DT_BLOCK + 'assert x.device.type == DEVICE_TYPE, "on the GPU"\n', target=PORTABLE),
     ],
     emits_npu=("torch.Tensor.is_npu",),
 )
@@ -122,7 +126,12 @@ def is_cuda(ctx, node: ast.Attribute) -> None:
         ctx.change(node, [type_edit(b - 7, b, "is_npu")], api=".is_cuda")
     else:
         va, vb = ctx.span(node.value)
-        ctx.change(node, [type_edit(a, b, f"(not {ctx.hole_span(va, vb)}.is_cpu)")], api=".is_cuda")
+        p = ctx.parent(node)
+        if isinstance(p, ast.Assert) and p.test is node:  # states where the data lives: the program's device
+            text = f"{ctx.hole_span(va, vb)}.device.type == {ctx.device_type_expr()}"
+        else:  # gates accelerator-only work
+            text = f"(not {ctx.hole_span(va, vb)}.is_cpu)"
+        ctx.change(node, [type_edit(a, b, text)], api=".is_cuda")
 
 
 _FSTR_HEAD = re.compile(r"^([rRbBuU]?[fF][rR]?)(['\"]{1,3})cuda:")
@@ -263,7 +272,9 @@ def _needs_parens(ctx, node: ast.AST) -> bool:
     `if device.type == "cuda": torch.cuda.synchronize()`
 
     ## Use instead
-    `--to npu`: `device.type == "npu"`. `--to portable`: `device.type != "cpu"` (the accelerator branch).
+    `--to npu`: `device.type == "npu"`. `--to portable`: `device.type != "cpu"` (the accelerator branch),
+    except for an `if device.type == "cuda":` whose body only sets `torch.backends.cuda`/`cudnn` switches: that
+    branch is CUDA-specific on purpose and is kept (and listed).
 
     ## Fix safety
     Safe.
@@ -272,6 +283,8 @@ def _needs_parens(ctx, node: ast.AST) -> bool:
         Example('if device.type == "cuda":\n    pass\n', 'if device.type == "npu":\n    pass\n'),
         Example('on_gpu = x.device.type != "cuda"\n', 'on_gpu = x.device.type == "cpu"\n', target=PORTABLE),
         Example('if mode == "cuda":\n    pass\n', None),
+        Example('import torch\nif device.type == "cuda":\n    torch.backends.cudnn.benchmark = True\n', None,
+                target=PORTABLE, note="CUDA-only switches stay behind the CUDA test"),
     ],
 )
 def device_type_compare(ctx, node: ast.Compare) -> None:
@@ -290,6 +303,11 @@ def device_type_compare(ctx, node: ast.Compare) -> None:
         new = seg[0] + "npu" + (lit.value[4:]) + seg[-1]
         ctx.change(node, [ctx.replace(lit, new)], api="device comparison")
         return
+    if isinstance(op, ast.Eq) and _guards_cuda_switches_only(ctx, node):
+        ctx.report(node, api="device comparison", severity=MANUAL,
+                   reason='kept: the branch only sets CUDA backend switches (torch.backends.cuda / cudnn)',
+                   tip="other devices have their own defaults; nothing to convert")
+        return
     if isinstance(op, (ast.Eq, ast.NotEq)) and lit is right and lit.value == "cuda":
         la, lb = ctx.span(left)
         ra, rb = ctx.span(right)
@@ -299,6 +317,23 @@ def device_type_compare(ctx, node: ast.Compare) -> None:
     else:
         ctx.report(node, api="device comparison", severity=MANUAL, reason="compares a device with \"cuda\"",
                    tip='compare with "cpu" instead: `device.type != "cpu"` means "on the accelerator"')
+
+
+def _guards_cuda_switches_only(ctx, compare: ast.Compare) -> bool:
+    """``compare`` is the test of an ``if`` (no else) whose body only assigns ``torch.backends.cuda*`` /
+    ``torch.backends.cudnn*`` switches: CUDA-specific on purpose, right as it is in portable code."""
+    stmt = ctx.parent(compare)
+    if not isinstance(stmt, ast.If) or stmt.test is not compare or stmt.orelse:
+        return False
+    for s in stmt.body:
+        targets = s.targets if isinstance(s, ast.Assign) else [s.target] if isinstance(s, ast.AugAssign) else None
+        if not targets:
+            return False
+        for t in targets:
+            q = ctx.qname(t) or ""
+            if not q.startswith(("torch.backends.cuda.", "torch.backends.cudnn.")):
+                return False
+    return True
 
 
 def _is_cuda_const(n: ast.AST) -> bool:
@@ -327,7 +362,7 @@ def _is_device_expr(ctx, n: ast.AST, op: ast.cmpop) -> bool:
     doc="""
     ## What it does
     For `--to portable`, guards `x.pin_memory()` on a plain name or attribute:
-    `(x.pin_memory() if torch.accelerator.is_available() else x)`.
+    `x.pin_memory() if torch.accelerator.is_available() else x` (in parentheses where the position needs them).
 
     ## Why
     Pinned (page-locked) host memory belongs to an accelerator; torch raises "Cannot access accelerator device
@@ -337,18 +372,27 @@ def _is_device_expr(ctx, n: ast.AST, op: ast.cmpop) -> bool:
     `batches.append(imgs.pin_memory())`
 
     ## Use instead
-    `batches.append((imgs.pin_memory() if torch.accelerator.is_available() else imgs))`
+    `batches.append(imgs.pin_memory() if torch.accelerator.is_available() else imgs)`
 
     ## Fix safety
-    Safe: only receivers without side effects (names, attributes) are rewritten; others are listed.
+    Safe: only receivers without side effects (names, attributes) are rewritten; others are listed. Calls
+    that already run only on an accelerator (inside `if torch.accelerator.is_available():`,
+    `if device.type != "cpu":` or a variable assigned such a test) are left alone.
     """,
     examples=[
         Example(
             "import torch\nb.append(imgs.pin_memory())\n",
-            "import torch\nb.append((imgs.pin_memory() if torch.accelerator.is_available() else imgs))\n",
+            "import torch\nb.append(imgs.pin_memory() if torch.accelerator.is_available() else imgs)\n",
+            target=PORTABLE,
+        ),
+        Example(
+            "import torch\nn = imgs.pin_memory().numel()\n",
+            "import torch\nn = (imgs.pin_memory() if torch.accelerator.is_available() else imgs).numel()\n",
             target=PORTABLE,
         ),
         Example("import torch\nb = imgs.pin_memory()\n", None, target=NPU),
+        Example('import torch\non_gpu = device.type != "cpu"\nb = imgs.pin_memory() if on_gpu else imgs\n', None,
+                target=PORTABLE, note="already runs only on an accelerator"),
     ],
 )
 def pin_memory(ctx, call: ast.Call) -> None:
@@ -357,14 +401,84 @@ def pin_memory(ctx, call: ast.Call) -> None:
         return
     if ctx.qname(f) is not None:
         return
-    p = ctx.parent(call)
-    if isinstance(p, ast.IfExp) and p.body is call and ctx.qname(getattr(p.test, "func", p.test)) == (
-            "torch.accelerator.is_available"):
-        return  # already guarded
+    if ctx.accelerator_guarded(call):
+        return  # already runs only on an accelerator
     recv = f.value
     if dotted_parts(recv) is None:
         ctx.report(call, api=".pin_memory()", severity=MANUAL, reason="pin_memory() needs an accelerator",
                    tip="call it only when torch.accelerator.is_available()")
         return
-    text = f"({ctx.hole(call)} if {ctx.ref('torch')}.accelerator.is_available() else {ctx.hole(recv)})"
+    text = ctx.in_expression(call, f"{ctx.hole(call)} if {ctx.ref('torch')}.accelerator.is_available() "
+                             f"else {ctx.hole(recv)}")
     ctx.change(call, [ctx.replace(call, text)], api=".pin_memory()")
+
+
+@rule(
+    "ASC106",
+    "record-stream-without-accelerator",
+    "`x.record_stream(s)` fails on the CPU",
+    targets=(PORTABLE,),
+    hooks=("call",),
+    doc="""
+    ## What it does
+    For `--to portable`, runs `x.record_stream(stream)` only where an accelerator is available: a statement
+    becomes `if torch.accelerator.is_available(): x.record_stream(stream)`, an expression
+    `(x.record_stream(stream) if torch.accelerator.is_available() else None)`.
+
+    ## Why
+    `Tensor.record_stream` tells an accelerator's caching allocator that another stream uses the memory. The CPU
+    has no such allocator: torch raises "unknown parameter type" (with torch.cpu's stream stand-in) or
+    "Could not run 'aten::record_stream' with arguments from the 'CPU' backend", so the portable code would not
+    run on the CPU. On the CPU there is nothing to record.
+
+    ## Example
+    `x.record_stream(torch.cuda.current_stream())`
+
+    ## Use instead
+    `if torch.accelerator.is_available():` / `    x.record_stream(torch.get_device_module().current_stream())`
+
+    ## Fix safety
+    Safe: the call has no effect on results. Calls that already run only on an accelerator (see ASC105) are
+    left alone.
+    """,
+    examples=[
+        Example(
+            "import torch\nfor x in xs:\n    x.record_stream(s)  # allocated on s\n",
+            "import torch\nfor x in xs:\n    if torch.accelerator.is_available():\n"
+            "        x.record_stream(s)  # allocated on s\n",
+            target=PORTABLE,
+        ),
+        Example(
+            "import torch\nok = x.record_stream(s) or True\n",
+            "import torch\nok = (x.record_stream(s) if torch.accelerator.is_available() else None) or True\n",
+            target=PORTABLE,
+        ),
+        Example("import torch\nx.record_stream(s)\n", None, target=NPU),
+        Example('import torch\nif x.device.type != "cpu":\n    x.record_stream(s)\n', None, target=PORTABLE,
+                note="already runs only on an accelerator"),
+    ],
+)
+def record_stream(ctx, call: ast.Call) -> None:
+    f = call.func
+    if not isinstance(f, ast.Attribute) or f.attr != "record_stream" or ctx.qname(f) is not None:
+        return
+    p = ctx.parent(call)
+    if ctx.accelerator_guarded(call):
+        return  # already runs only on an accelerator
+    guard = f"{ctx.ref('torch')}.accelerator.is_available()"
+    if isinstance(p, ast.Expr) and _alone_on_lines(ctx, p):
+        indent = ctx.src.line_text(p.lineno)[: p.col_offset]
+        text = f"if {guard}:{ctx.src.newline}{indent}    {ctx.hole(call)}"
+    else:
+        text = ctx.in_expression(call, f"{ctx.hole(call)} if {guard} else None")
+    ctx.change(call, [ctx.replace(call, text)], api=".record_stream()",
+               message="record_stream() needs an accelerator: run it only where one is available")
+
+
+def _alone_on_lines(ctx, stmt: ast.stmt) -> bool:
+    """``stmt`` is the only statement on its lines (a comment may follow)."""
+    first = ctx.src.line_text(stmt.lineno)
+    if first[: stmt.col_offset].strip():
+        return False
+    tail = ctx.src.line_text(stmt.end_lineno).encode("utf-8")[stmt.end_col_offset :].decode("utf-8", "replace")
+    return tail.strip() == "" or tail.strip().startswith("#")
