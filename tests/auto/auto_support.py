@@ -41,3 +41,8 @@ def last_json(stdout: str) -> dict:
             except json.JSONDecodeError:
                 continue
     raise AssertionError(f"no JSON line in output:\n{stdout[-2000:]}")
+
+
+def rank_results(folder: Path) -> list[dict]:
+    """The per-rank JSON files ``scripts/ddp_nccl.py`` writes to ``$DDP_OUT``, in rank order."""
+    return [json.loads(f.read_text()) for f in sorted(folder.glob("rank*.json"))]

@@ -82,14 +82,13 @@ def test_cuda_examples_on_emulated_npu_match_npu_versions(script, extra):
 
 @pytest.mark.skipif(not _emulator_ready(), reason="emulator not built yet")
 def test_torchrun_two_processes_nccl_on_emulated_npu(tmp_path):
-    from auto_support import SCRIPTS
+    from auto_support import SCRIPTS, rank_results
 
     r = run_cmd([PYTHON, "-m", "ascendify", "run", "--to", "npu", "--log", str(tmp_path / "r.json"), "torchrun",
-                 "--standalone", "--nproc-per-node", "2", str(SCRIPTS / "ddp_nccl.py")], timeout=300)
+                 "--standalone", "--nproc-per-node", "2", str(SCRIPTS / "ddp_nccl.py")],
+                env={"DDP_OUT": str(tmp_path)}, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
-    import json
-
-    lines = [json.loads(s) for s in r.stdout.splitlines() if s.startswith("{")]
+    lines = rank_results(tmp_path)
     assert sorted(x["rank"] for x in lines) == [0, 1]
     assert {x["backend"] for x in lines} == {"hccl"}
     assert all(x["device"].startswith("npu") for x in lines)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from auto_support import PYTHON, REPO, SCRIPTS, ascendify_run, last_json, run_cmd
+from auto_support import PYTHON, REPO, SCRIPTS, ascendify_run, last_json, rank_results, run_cmd
 
 
 def test_script_runs_with_argv_and_exit_code(tmp_path):
@@ -108,9 +108,9 @@ def test_device_checks_are_rewritten_in_memory_and_reported(tmp_path):
 def test_torchrun_two_processes_nccl_and_cuda_local_rank_on_cpu(tmp_path):
     log = tmp_path / "ddp.json"
     r = ascendify_run("--to", "cpu", "--log", str(log), "torchrun", "--standalone", "--nproc-per-node", "2",
-                      str(SCRIPTS / "ddp_nccl.py"), timeout=300)
+                      str(SCRIPTS / "ddp_nccl.py"), env={"DDP_OUT": str(tmp_path)}, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
-    lines = [json.loads(s) for s in r.stdout.splitlines() if s.startswith("{")]
+    lines = rank_results(tmp_path)
     assert sorted(x["rank"] for x in lines) == [0, 1]
     assert {x["backend"] for x in lines} == {"gloo"} and {x["device"] for x in lines} == {"cpu"}
     assert lines[0]["param_checksum"] == lines[1]["param_checksum"]  # DDP kept the replicas equal

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import atexit
 import os
-import runpy
 import sys
-import traceback
 from typing import Any
+
+from ascendify.scriptrun import exit_code, run_as_main
 
 TORCHRUN_MODULES = ("torch.distributed.run", "torch.distributed.launch")
 
@@ -77,50 +77,10 @@ def finish(*, log: str | None, quiet: bool) -> dict[str, Any] | None:
     return rep
 
 
-def _exit_code(e: SystemExit) -> int:
-    code = e.code
-    if code is None:
-        return 0
-    if isinstance(code, int):
-        return code
-    print(code, file=sys.stderr)
-    return 1
-
-
 def run_program(path: str | None, module: str | None, args: list[str]) -> int:
     """Run a script (``path``) or a module as ``__main__`` with ``args``; return its exit status."""
-    saved_argv, saved_path0 = sys.argv[:], (sys.path[0] if sys.path else None)
-    try:
-        if module is not None:
-            sys.argv = [module, *args]  # runpy sets argv[0] to the module's file
-            if sys.path and sys.path[0] != os.getcwd():
-                sys.path.insert(0, os.getcwd())
-            runpy.run_module(module, run_name="__main__", alter_sys=True)
-        else:
-            assert path is not None
-            sys.argv = [path, *args]
-            sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
-            if _rewriting():
-                _run_rewritten(path)
-            else:
-                runpy.run_path(path, run_name="__main__")
-        return 0
-    except SystemExit as e:
-        return _exit_code(e)
-    except KeyboardInterrupt:
-        traceback.print_exc()
-        return 130
-    except BaseException:
-        # print the traceback as Python would, without our own frames
-        etype, value, tb = sys.exc_info()
-        while tb is not None and tb.tb_frame.f_code.co_filename in (__file__, runpy.__file__):
-            tb = tb.tb_next
-        traceback.print_exception(etype, value, tb)
-        return 1
-    finally:
-        sys.argv = saved_argv
-        if saved_path0 is not None and sys.path and sys.path[0] != saved_path0:
-            sys.path.pop(0)
+    return run_as_main(path, module, args, run_script=_run_rewritten if _rewriting() else None,
+                       hide_frames_of=(__file__,))
 
 
 def _not_started(entry: str) -> bool:
@@ -184,7 +144,7 @@ def run_torchrun(args: list[str], child_flags: list[str]) -> int:
     try:
         torchrun(a)
     except SystemExit as e:
-        return _exit_code(e)
+        return exit_code(e)
     except Exception as e:  # ChildFailedError: torchrun already printed the ranks' errors
         print(f"ascendify run: torchrun failed: {e.__class__.__name__}", file=sys.stderr)
         return 1

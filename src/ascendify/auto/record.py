@@ -90,7 +90,7 @@ def caller_is_user(depth: int = 2) -> bool:
     return f is not None and is_user_file(f.f_code.co_filename)
 
 
-def _short(path: str) -> str:
+def short_path(path: str) -> str:
     try:
         rel = os.path.relpath(path)
     except ValueError:
@@ -107,9 +107,9 @@ def call_site(depth: int = 2) -> str:
     while f is not None:
         fn = f.f_code.co_filename
         if is_user_file(fn):
-            return f"{_short(fn)}:{f.f_lineno}"
+            return f"{short_path(fn)}:{f.f_lineno}"
         if fallback is None and not fn.startswith("<") and not any(fn.startswith(r) for r in roots):
-            fallback = f"{_short(fn)}:{f.f_lineno}"
+            fallback = f"{short_path(fn)}:{f.f_lineno}"
         f = f.f_back
     return fallback or "<unknown>"
 

@@ -21,7 +21,7 @@ import importlib.machinery
 import sys
 from typing import Any
 
-from ascendify.auto.record import is_user_file
+from ascendify.auto.record import is_user_file, short_path
 
 
 class _Checks(ast.NodeTransformer):
@@ -75,15 +75,15 @@ def compile_user_source(src: str | bytes, path: str, device_type: str, backend: 
     t = _Checks(device_type, backend)
     tree = ast.fix_missing_locations(t.visit(tree))
     if rec is not None:
-        from ascendify.auto.scan import _short, scan_source
+        from ascendify.auto.scan import scan_source
 
         text = src.decode("utf-8", "replace") if isinstance(src, bytes) else src
         rewritten = set(t.changed)
         for line in sorted(rewritten):
-            rec.findings.append({"file": _short(path), "line": line, "code": t.codes.get(line, "")[:120],
+            rec.findings.append({"file": short_path(path), "line": line, "code": t.codes.get(line, "")[:120],
                                  "message": f"rewritten in memory to test for {device_type!r} / {backend!r} "
                                             "(--no-rewrite-checks to keep it)"})
-        rec.findings.extend(f for f in scan_source(text, _short(path)) if f["line"] not in rewritten)
+        rec.findings.extend(f for f in scan_source(text, short_path(path)) if f["line"] not in rewritten)
     return compile(tree, path, "exec", dont_inherit=True)
 
 

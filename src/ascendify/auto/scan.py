@@ -12,8 +12,9 @@ non-CUDA branch. The comparisons are found with :mod:`ast` (cheap: one file) and
 from __future__ import annotations
 
 import ast
-import os
 from typing import Any
+
+from ascendify.auto.record import short_path
 
 _WORDS = {"cuda": "the device type is the target's", "nccl": "the backend is the target's (hccl/gloo)"}
 
@@ -47,18 +48,9 @@ def scan_source(src: str, filename: str = "<script>") -> list[dict[str, Any]]:
     return out
 
 
-def _short(path: str) -> str:
-    """``path`` relative to the current folder when it is below it."""
-    try:
-        rel = os.path.relpath(path)
-    except ValueError:
-        return path
-    return path if rel.startswith("..") else rel
-
-
 def scan_file(path: str) -> list[dict[str, Any]]:
     try:
         with open(path, encoding="utf-8") as f:
-            return scan_source(f.read(), _short(path))
+            return scan_source(f.read(), short_path(path))
     except (OSError, UnicodeDecodeError):
         return []

@@ -1,5 +1,6 @@
 """A 2-process CUDA DDP job as people write it: nccl, cuda:LOCAL_RANK, set_device, DistributedSampler-free
-synthetic data. Prints one JSON line per rank: rank, world_size, backend, device, param_checksum."""
+synthetic data. Prints one JSON line per rank: rank, world_size, backend, device, param_checksum, and writes
+it to $DDP_OUT/rank<N>.json when DDP_OUT is set (two ranks' stdout lines may interleave)."""
 
 import json
 import os
@@ -31,8 +32,11 @@ t = torch.tensor([float(dist.get_rank())], device=device)
 dist.all_reduce(t)
 torch.cuda.synchronize()
 checksum = sum(float(p.detach().double().sum()) for p in model.parameters())
-print(json.dumps({"rank": dist.get_rank(), "world_size": dist.get_world_size(), "backend": dist.get_backend(),
-                  "device": str(next(model.parameters()).device), "param_checksum": checksum,
-                  "rank_sum": float(t.item())}))
+result = {"rank": dist.get_rank(), "world_size": dist.get_world_size(), "backend": dist.get_backend(),
+          "device": str(next(model.parameters()).device), "param_checksum": checksum, "rank_sum": float(t.item())}
+print(json.dumps(result))
+if os.environ.get("DDP_OUT"):
+    with open(os.path.join(os.environ["DDP_OUT"], f"rank{dist.get_rank()}.json"), "w") as f:
+        json.dump(result, f)
 dist.barrier()
 dist.destroy_process_group()

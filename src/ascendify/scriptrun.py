@@ -1,0 +1,74 @@
+"""Run a user's program in this process as Python would: a script or a ``-m`` module as ``__main__``.
+
+Shared by ``ascendify run`` and ``ascendify emulate``. ``sys.argv`` is the program and its arguments,
+``sys.path[0]`` the script's folder (the current folder for ``-m``), and its exit status is returned: 0, the
+``SystemExit`` code, 130 on Ctrl-C, 1 on an uncaught exception (printed without ascendify's own frames).
+``sys.argv`` and ``sys.path`` are restored afterwards.
+"""
+
+from __future__ import annotations
+
+import os
+import runpy
+import sys
+import traceback
+from collections.abc import Callable, Iterable
+
+
+def exit_code(e: SystemExit) -> int:
+    """The process exit status a ``SystemExit`` stands for (a message is printed and means 1)."""
+    if e.code is None:
+        return 0
+    if isinstance(e.code, int):
+        return e.code
+    print(e.code, file=sys.stderr)
+    return 1
+
+
+def run_as_main(
+    path: str | None,
+    module: str | None,
+    args: list[str],
+    *,
+    run_script: Callable[[str], object] | None = None,
+    hide_frames_of: Iterable[str] = (),
+) -> int:
+    """Run script ``path`` (or ``module``) as ``__main__`` with ``args``; return its exit status.
+
+    ``run_script(path)`` replaces ``runpy.run_path`` (``ascendify run`` compiles the script its own way);
+    frames of the files in ``hide_frames_of`` are left out of a printed traceback, as are this module's and
+    runpy's.
+    """
+    if (path is None) == (module is None):
+        raise ValueError("give exactly one of path and module")
+    hidden = {__file__, runpy.__file__, *hide_frames_of}
+    saved_argv, saved_path = sys.argv[:], sys.path[:]
+    try:
+        if module is not None:
+            sys.argv = [module, *args]  # runpy sets argv[0] to the module's file
+            if not sys.path or sys.path[0] != os.getcwd():
+                sys.path.insert(0, os.getcwd())
+            runpy.run_module(module, run_name="__main__", alter_sys=True)
+        else:
+            assert path is not None
+            sys.argv = [path, *args]
+            sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
+            if run_script is not None:
+                run_script(path)
+            else:
+                runpy.run_path(path, run_name="__main__")
+        return 0
+    except SystemExit as e:
+        return exit_code(e)
+    except KeyboardInterrupt:
+        traceback.print_exc()
+        return 130
+    except BaseException:
+        etype, value, tb = sys.exc_info()
+        while tb is not None and tb.tb_frame.f_code.co_filename in hidden:
+            tb = tb.tb_next
+        traceback.print_exception(etype, value, tb)
+        return 1
+    finally:
+        sys.argv = saved_argv
+        sys.path[:] = saved_path
