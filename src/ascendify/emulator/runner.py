@@ -4,47 +4,10 @@ from __future__ import annotations
 
 import json
 import os
-import runpy
 import sys
-import traceback
 
 from ascendify.fileio import write_atomic
-
-
-def _exit_code(e: SystemExit) -> int:
-    if e.code is None:
-        return 0
-    if isinstance(e.code, int):
-        return e.code
-    print(e.code, file=sys.stderr)
-    return 1
-
-
-def _run_main(kind: str, target: str, args: list[str]) -> int:
-    saved_argv, saved_path = sys.argv[:], sys.path[:]
-    try:
-        if kind == "module":
-            sys.argv = [target, *args]
-            sys.path.insert(0, os.getcwd())
-            runpy.run_module(target, run_name="__main__", alter_sys=True)
-        else:
-            sys.argv = [target, *args]
-            sys.path.insert(0, os.path.dirname(os.path.abspath(target)))
-            runpy.run_path(target, run_name="__main__")
-        return 0
-    except SystemExit as e:
-        return _exit_code(e)
-    except KeyboardInterrupt:
-        traceback.print_exc()
-        return 130
-    except BaseException:
-        etype, value, tb = sys.exc_info()
-        while tb is not None and tb.tb_frame.f_code.co_filename in (__file__, runpy.__file__):
-            tb = tb.tb_next
-        traceback.print_exception(etype, value, tb)
-        return 1
-    finally:
-        sys.argv, sys.path[:] = saved_argv, saved_path
+from ascendify.scriptrun import exit_code, run_as_main
 
 
 def _rank() -> int:
@@ -63,7 +26,7 @@ def run_emulated(kind: str, target: str, args: list[str], *, json_path: str | No
     except (emu.EmulatorError, ValueError) as e:
         print(f"ascendify emulate: {e}", file=sys.stderr)
         return 3
-    code = _run_main(kind, target, args)
+    code = run_as_main(None if kind == "module" else target, target if kind == "module" else None, args)
     try:
         rep = emu.report()
         rep["exit_code"] = code
@@ -99,7 +62,7 @@ def run_torchrun(args: list[str], *, json_path: str | None, quiet: bool) -> int:
     try:
         torchrun(a)
     except SystemExit as e:
-        return _exit_code(e)
+        return exit_code(e)
     except Exception as e:  # ChildFailedError: torchrun already printed the workers' errors
         print(f"ascendify emulate: torchrun failed: {e.__class__.__name__}", file=sys.stderr)
         return 1
