@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import time
 
@@ -104,6 +105,14 @@ def per_op_us(n: int = 2000, rounds: int = 5) -> tuple[dict[str, float], dict[st
     return best["cpu"], best["npu"]
 
 
+def _load() -> str:
+    """The 1-minute load average (the machine may be shared: numbers under load are rough)."""
+    try:
+        return f"{os.getloadavg()[0]:.2f}"
+    except (AttributeError, OSError):
+        return "n/a"
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=20)
@@ -113,8 +122,10 @@ def main() -> None:
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     emu.enable()
-    print(f"torch {torch.__version__}, intra-op threads: {torch.get_num_threads()}, steps: {args.steps}")
-    result: dict = {"threads": torch.get_num_threads(), "steps": args.steps, "step": [], "per_op_us": {}}
+    print(f"torch {torch.__version__}, intra-op threads: {torch.get_num_threads()}, steps: {args.steps}, "
+          f"load average: {_load()}")
+    result: dict = {"threads": torch.get_num_threads(), "steps": args.steps, "step": [], "per_op_us": {},
+                    "load_average_start": _load()}
     print(f"{'batch':>6} {'cpu ms':>9} {'npu ms':>9} {'ratio':>7} {'ops/step':>9} {'extra/op us':>12}")
     for batch in (int(b) for b in args.batches.split(",")):
         cpu, npu = step_times(batch, args.steps)
@@ -131,7 +142,8 @@ def main() -> None:
         print(f"{name:<18} {cpu_ops[name]:>8.1f} {npu_ops[name]:>8.1f} {extra:>9.1f}")
     mean_extra = statistics.mean(v["extra"] for v in result["per_op_us"].values())
     result["mean_extra_us_per_op"] = mean_extra
-    print(f"\nmean emulator cost per op: {mean_extra:.1f} us")
+    print(f"\nmean emulator cost per op: {mean_extra:.1f} us (load average at the end: {_load()})")
+    result["load_average_end"] = _load()
     if args.json:
         from ascendify.fileio import write_atomic
 

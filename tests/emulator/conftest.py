@@ -15,6 +15,20 @@ torch = pytest.importorskip("torch")
 REPO = Path(__file__).resolve().parents[2]
 
 
+def _enable_before_any_backward():
+    """PyTorch's autograd engine sizes its per-device queues at the first backward() of the process; one run
+    on the CPU by an earlier test package (tests/auto...) before the npu exists breaks every later npu
+    backward. Enable at collection time, which precedes every test, and stay inactive until this package."""
+    import ascendify.emulator as emu
+
+    if not emu.is_enabled():
+        emu.enable()
+        emu._set_active(False)
+
+
+_enable_before_any_backward()
+
+
 @pytest.fixture(scope="package", autouse=True)
 def emulator():
     import ascendify.emulator as emu

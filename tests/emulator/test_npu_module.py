@@ -178,3 +178,16 @@ def test_amp_namespace_and_flags():
     torch.npu.set_compile_mode(jit_compile=False)
     assert torch.npu.is_jit_compile_false()
     torch.npu.set_compile_mode(jit_compile=True)
+
+
+def test_host_memory_tuning_is_applied_once_and_can_be_refused():
+    import os
+    import sys
+
+    from ascendify.emulator import hostmem
+
+    assert hostmem.wanted({}) is True
+    assert hostmem.wanted({hostmem.ENV: "0"}) is False
+    assert hostmem.wanted({"MALLOC_MMAP_THRESHOLD_": "65536"}) is False  # the user's own tuning wins
+    if sys.platform.startswith("linux") and hostmem.wanted(os.environ):
+        assert hostmem.tune() is True  # glibc: set when the emulator was enabled (same answer again)

@@ -58,6 +58,8 @@ def enable(**overrides) -> None:
     """
     with _lock:
         if _state["installed"]:
+            if _state.get("refused"):
+                raise EmulatorError(_state["refused"])
             if overrides:
                 settings.update(**overrides)
             runtime.enabled = True
@@ -81,6 +83,11 @@ def enable(**overrides) -> None:
         if settings.self_test:
             from ascendify.emulator import selftest
 
+            problem = selftest.autograd_engine_problem()
+            if problem:  # a backward() ran before enable(); without the self-test, the first npu backward says so
+                runtime.enabled = False
+                _state["refused"] = f"cannot enable the emulated npu device: {problem}"
+                raise EmulatorError(_state["refused"])
             try:
                 _state["self_test"] = selftest.run()
             except Exception as e:
@@ -89,7 +96,7 @@ def enable(**overrides) -> None:
                     f"the emulated npu device failed its self-test ({type(e).__name__}: {e}); this torch build "
                     "is not compatible with the emulator"
                 ) from e
-            reset_report()
+        reset_report()
 
 
 def _install_peer_hooks() -> None:

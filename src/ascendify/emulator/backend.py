@@ -78,7 +78,7 @@ def _hooks_and_guard():
 
 def install() -> int:
     """Register the backend; returns the number of directly registered kernels."""
-    from ascendify.emulator import apis, kernels, patches
+    from ascendify.emulator import apis, autograd_engine, kernels, layouts, patches
     from ascendify.emulator import npu as npu_module
 
     torch.utils.rename_privateuse1_backend("npu")
@@ -94,6 +94,11 @@ def install() -> int:
     aten_lib = torch.library.Library("aten", "IMPL")
     _libs.extend((fallback_lib, aten_lib))
     n = kernels.register((fallback_lib, aten_lib))
+    layouts.register(_libs)
+    autograd_engine.install()
     patches.install()
     apis.install()
+    from ascendify.emulator import hostmem
+
+    hostmem.tune()
     return n

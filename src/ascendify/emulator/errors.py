@@ -13,3 +13,9 @@ class NotEmulatedError(AttributeError):
 class NpuFidelityError(RuntimeError):
     """Under fidelity mode ``error``: what a real NPU would reject or silently run elsewhere (an op with no
     NPU kernel, float64, an API unsupported on every chip, an fp16 overflow)."""
+
+
+class LayoutNotEmulatedError(NotEmulatedError, NotImplementedError):
+    """A tensor layout the emulated npu device does not have (sparse COO/CSR/CSC/BSR/BSC): raised where such a
+    tensor would reach or leave the device. Also a ``NotImplementedError``, what PyTorch raises for an op with
+    no kernel on a backend."""

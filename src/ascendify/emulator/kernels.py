@@ -46,14 +46,18 @@ class OpInfo:
     """What the kernels need to know about one op overload, computed once."""
 
     __slots__ = ("op", "call", "name", "kind", "write_src", "out_names", "gen_kw", "flagged", "allow_cpu",
-                 "has_tensor_lists", "fast", "tensor_pos", "tensor_kw", "single_tensor")
+                 "has_tensor_lists", "fast", "tensor_pos", "tensor_kw", "single_tensor", "calls", "swap_rng")
 
     def __init__(self, op):
         schema = op._schema
         self.op = op
+        self.calls = 0  # counted in place on the hot path; the recorder names and sums them
+        runtime.recorder.infos.append(self)
         self.call = op._op
         self.name = op_name(op)
         self.gen_kw = any(a.name == "generator" for a in schema.arguments)
+        # random with no generator argument (native_dropout): draws from the device generator (rng.drawing_from)
+        self.swap_rng = torch.Tag.nondeterministic_seeded in op.tags and not self.gen_kw
         self.flagged = self.name in _no_kernel()
         self.allow_cpu = self.name in _CPU_ARGS_OK
         self.has_tensor_lists = any("Tensor" in str(a.type) and "[]" in str(a.type) for a in schema.arguments)
@@ -91,7 +95,7 @@ class OpInfo:
                                if t in ("Tensor", "Optional[Tensor]") and a.kwarg_only)
         plain = all(("Tensor" not in t or t in ("Tensor", "Optional[Tensor]")) for t in types)
         self.single_tensor = len(schema.returns) == 1 and str(schema.returns[0].type) == "Tensor"
-        self.fast = (plain and not self.gen_kw and self.kind != "view"
+        self.fast = (plain and not self.gen_kw and not self.swap_rng and self.kind != "view"
                      and not any(a.name == "device" for a in schema.arguments))
 
 
@@ -203,11 +207,44 @@ def _call(inf: OpInfo, cargs, ckw):
     except RuntimeError as e:
         if "Expected a value of type 'Tensor'" not in str(e):
             raise
-        return inf.op.overloadpacket(*cargs, **ckw)
+        return scalar_overload(inf, cargs)(*cargs, **ckw)
+
+
+_SCALAR_ALT: dict = {}
+
+
+def scalar_overload(inf: OpInfo, cargs):
+    """The CPU callable for ``inf``'s op when Python numbers sit where its schema has ``Tensor`` arguments (a
+    wrapped-number scalar that the boxed call turned back into a number: ``x * 2`` reaches ``mul.Tensor``).
+
+    It is the sibling overload taking ``Scalar`` there (``mul.Scalar``, ``pow.Tensor_Scalar``...), which wraps
+    the number exactly as the CPU does; cached per op and positions. Without one: the overload packet."""
+    n = len(cargs)
+    pos = tuple(i for i in inf.tensor_pos if i < n and cargs[i] is not None and not isinstance(cargs[i], Tensor))
+    key = (inf.op, pos)
+    fn = _SCALAR_ALT.get(key)
+    if fn is None:
+        fn = _SCALAR_ALT[key] = _find_scalar_overload(inf.op, pos)
+    return fn
+
+
+def _find_scalar_overload(op, pos):
+    args = op._schema.arguments
+    want = [str(a.type) for a in args]
+    for i in pos:
+        want[i] = "Scalar"
+    names = [a.name for a in args]
+    packet = op.overloadpacket
+    for name in packet.overloads():
+        other = getattr(packet, name)
+        o_args = other._schema.arguments
+        if [a.name for a in o_args] == names and [str(a.type) for a in o_args] == want:
+            return other._op
+    return packet
 
 
 def _run(inf: OpInfo, args: tuple, kwargs: dict):
-    _rec_ops[inf.op] += 1
+    inf.calls += 1
     if inf.flagged:
         fidelity.no_npu_kernel(inf.name)
     if inf.kind == "view":
@@ -223,9 +260,15 @@ def _run(inf: OpInfo, args: tuple, kwargs: dict):
         ckw["generator"] = rng.generator(index)
     check = (_settings.fp16_overflow != "off" and fidelity.all_finite(cargs)
              and fidelity.all_finite(ckw.values()))
-    if inf.kind == "write":
+    if inf.swap_rng:
+        with rng.drawing_from(index):
+            if inf.kind == "write":
+                return _run_write(inf, args, kwargs, cargs, ckw, index, check)
+            res = _call(inf, cargs, ckw)
+    elif inf.kind == "write":
         return _run_write(inf, args, kwargs, cargs, ckw, index, check)
-    res = _call(inf, cargs, ckw)
+    else:
+        res = _call(inf, cargs, ckw)
     if not stays:
         return res
     out = _adopt_result(inf, res, index)
@@ -237,7 +280,7 @@ def _run(inf: OpInfo, args: tuple, kwargs: dict):
 def _run_fast(inf: OpInfo, args: tuple, kwargs: dict):
     """:func:`_run` for ops whose tensor arguments are plain ``Tensor``/``Tensor?`` (most ops): the tensor
     positions are known from the schema, so nothing else is inspected."""
-    _rec_ops[inf.op] += 1
+    inf.calls += 1
     if inf.flagged:
         fidelity.no_npu_kernel(inf.name)
     cargs = list(args)
@@ -364,12 +407,32 @@ def _overflow_check(inf: OpInfo, res) -> None:
         fidelity.fp16_overflow(inf.name, low[0].dtype)
 
 
+_PROMOTE_AFTER = 4  # calls through the fallback before an aten op gets its own direct kernel
+_promoted: set = set()
+_aten_lib: list = []
+
+
+def _promote(inf: OpInfo) -> None:
+    """Register a direct PrivateUse1 kernel for an op that keeps reaching the fallback: later calls skip the
+    boxed fallback's per-call lookups (and take :mod:`fastpath` where it applies). Only ops that reach the
+    fallback qualify, i.e. ops with no PrivateUse1 or composite kernel, so nothing else changes."""
+    _promoted.add(inf.op)
+    if not _aten_lib or inf.op.namespace != "aten" or inf.kind == "view":
+        return
+    try:
+        _aten_lib[0].impl(inf.name, make_kernel(inf.op), "PrivateUse1")
+    except RuntimeError:  # already registered elsewhere: keep the fallback
+        pass
+
+
 def _fallback(op, *args, **kwargs):
     inf = _INFO.get(op) or info(op)
     special = _SPECIAL.get(inf.name)
     if special is not None:
-        _rec_ops[op] += 1
+        inf.calls += 1
         return special(*args, **kwargs)
+    if inf.calls == _PROMOTE_AFTER and op not in _promoted:
+        _promote(inf)
     if inf.fast:
         return _run_fast(inf, args, kwargs)
     return _run(inf, args, kwargs)
@@ -378,6 +441,11 @@ def _fallback(op, *args, **kwargs):
 def make_kernel(op):
     """A kernel for ``op`` alone (skips the composite ``empty`` + ``op.out`` pair of structured ops)."""
     inf = info(op)
+    from ascendify.emulator import fastpath
+
+    special = fastpath.kernel_for(inf)
+    if special is not None:
+        return special
     run = _run_fast if inf.fast else _run
 
     def kernel(*args, **kwargs):
@@ -584,10 +652,10 @@ _DIRECT_SPECIAL = ("empty.memory_format", "empty_strided", "copy_", "_to_copy", 
 
 def _counted(name: str, fn):
     base, _, overload = name.partition(".")
-    op = getattr(getattr(torch.ops.aten, base), overload or "default")
+    inf = info(getattr(getattr(torch.ops.aten, base), overload or "default"))
 
     def kernel(*args, **kwargs):
-        _rec_ops[op] += 1
+        inf.calls += 1
         return fn(*args, **kwargs)
 
     kernel.__name__ = f"npu_{name}"
@@ -598,6 +666,7 @@ def register(lib: torch.library.Library) -> int:
     """Install the fallback and the direct kernels on ``lib`` (a ``Library("_", "IMPL")`` and an aten one)."""
     lib_fallback, lib_aten = lib
     lib_fallback.fallback(_fallback, "PrivateUse1")
+    _aten_lib[:] = [lib_aten]
     n = 0
     for name in _DIRECT_SPECIAL:
         lib_aten.impl(name, _counted(name, _SPECIAL[name]), "PrivateUse1")

@@ -28,6 +28,7 @@ class DeviceMemory:
         self.fraction = [1.0] * n
         self._live: dict[int, tuple[weakref.ref, int, int]] = {}  # data_ptr -> (ref, nbytes, index)
         self._ptr_of: dict[int, int] = {}  # id(ref) -> data_ptr
+        self._on_free = self._release  # one bound method for every weak reference
 
     # -- accounting -----------------------------------------------------------------------------
     def check(self, nbytes: int, index: int) -> None:
@@ -51,7 +52,7 @@ class DeviceMemory:
         a = self.allocated[index] + nbytes
         if a > self.settings.memory_capacity * self.fraction[index]:
             self.check(nbytes, index)
-        ref = weakref.ref(storage, self._release)
+        ref = weakref.ref(storage, self._on_free)
         self._live[ptr] = (ref, nbytes, index)
         self._ptr_of[id(ref)] = ptr
         self.allocated[index] = a

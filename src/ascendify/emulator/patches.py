@@ -8,6 +8,9 @@ emulator the device *is* host memory, so pinning is a no-op: ``Tensor.pin_memory
 
 Printing an ``npu`` tensor runs float64 ops inside torch's formatter; they are not the user's, so fidelity
 events are muted while a tensor is formatted.
+
+``Module.to("npu")`` / ``.npu()`` / ``.cpu()`` keep parameter identity, so tied weights stay tied (see
+:func:`_patch_module_apply`).
 """
 
 from __future__ import annotations
@@ -49,6 +52,10 @@ def install() -> None:
     tensor_str._str = _str
     _patch_storage_new()
     _patch_record_stream()
+    _patch_module_apply()
+    from ascendify.emulator import rng
+
+    rng.install_generator()
     pin_memory.__doc__ = _orig["pin_memory"].__doc__
     is_pinned.__doc__ = _orig["is_pinned"].__doc__
     torch.Tensor.pin_memory = pin_memory
@@ -90,3 +97,109 @@ def _patch_record_stream() -> None:
 
     record_stream.__doc__ = orig.__doc__
     torch.Tensor.record_stream = record_stream
+
+
+def _crosses_npu(fn, params) -> bool:
+    """True when ``fn`` (a ``Module._apply`` function) moves one of ``params`` between ``cpu`` and ``npu``.
+
+    ``fn`` is probed on an empty tensor of each parameter's device and dtype (never on the parameter); an
+    ``fn`` that cannot take a stranger tensor (a lookup table...) is taken as not crossing."""
+    import torch
+
+    seen = set()
+    for p in params:
+        if p is None:
+            continue
+        key = (p.device, p.dtype)
+        if key in seen:
+            continue
+        seen.add(key)
+        try:
+            with torch.no_grad():
+                out = fn(torch.empty(0, dtype=p.dtype, device=p.device))
+        except Exception:
+            return False
+        if not isinstance(out, torch.Tensor):
+            return False
+        kinds = {p.device.type, out.device.type}
+        if kinds == {"cpu", "npu"}:
+            return True
+    return False
+
+
+def _patch_module_apply() -> None:
+    """``nn.Module._apply`` moves a parameter in place (``param.data = moved``) only when both tensor types are
+    "shallow-copy compatible", which CPU and PrivateUse1 tensors are not: PyTorch would then put a NEW
+    ``Parameter`` in every module, so a weight shared by two modules (GPT's ``wte.weight is lm_head.weight``)
+    ends up as two tensors, and an optimizer built before ``.npu()`` holds stale parameters. On a real NPU
+    (and CUDA) the parameter objects survive the move.
+
+    For conversions between ``cpu`` and ``npu`` this swaps the moved tensor into the existing ``Parameter``
+    object (PyTorch's own ``swap_module_params_on_conversion`` path), keeping identity, ``requires_grad``,
+    ``.grad`` (moved along) and the parameter's Python attributes. Where a swap is impossible (another
+    reference holds the tensor, a weak reference exists), that module falls back to PyTorch's default.
+    Other conversions (dtype on one device, ``meta``, ``to_empty``) are untouched.
+    """
+    import torch
+    from torch import nn
+
+    from ascendify.emulator import runtime
+
+    orig_apply = nn.Module._apply
+    _orig["Module._apply"] = orig_apply
+    future = torch.__future__
+    replaced: dict = {}  # during one top-level call: id(old Parameter) -> (old, new) where a swap failed
+    depth = [0]
+
+    def _apply(self, fn, recurse=True):
+        if not runtime.enabled or future.get_swap_module_params_on_conversion():
+            return orig_apply(self, fn, recurse)
+        depth[0] += 1
+        try:
+            params = self._parameters
+            if not params or not _crosses_npu(fn, params.values()):
+                return orig_apply(self, fn, recurse)
+            return _apply_swapping(self, fn, recurse, params)
+        finally:
+            depth[0] -= 1
+            if not depth[0]:
+                replaced.clear()
+
+    def _apply_swapping(self, fn, recurse, params):
+        for k, p in params.items():  # a parameter shared with a module whose swap failed: share the new one
+            hit = replaced.get(id(p)) if p is not None else None
+            if hit is not None and hit[0] is p:
+                params[k] = hit[1]
+        before = dict(params)
+        attrs = {k: dict(p.__dict__) for k, p in params.items() if p is not None and p.__dict__}
+        grads = {k: p.grad for k, p in params.items() if p is not None and p.grad is not None}
+        if recurse:
+            for module in self.children():
+                module._apply(fn)
+        future.set_swap_module_params_on_conversion(True)
+        try:
+            orig_apply(self, fn, recurse=False)
+        except RuntimeError as e:
+            if "Couldn't swap" not in str(e):
+                raise
+            future.set_swap_module_params_on_conversion(False)
+            for k, g in grads.items():  # a failed grad swap leaves .grad unset
+                p = params[k]
+                if p.grad is None:
+                    with torch.no_grad():
+                        p.grad = fn(g)
+            orig_apply(self, fn, recurse=False)
+            for k, old_p in before.items():
+                if old_p is not None and params[k] is not old_p:
+                    replaced[id(old_p)] = (old_p, params[k])
+        finally:
+            future.set_swap_module_params_on_conversion(False)
+        for k, saved in attrs.items():
+            p = params.get(k)
+            if p is not None:
+                for name, value in saved.items():
+                    p.__dict__.setdefault(name, value)
+        return self
+
+    _apply.__doc__ = orig_apply.__doc__
+    nn.Module._apply = _apply

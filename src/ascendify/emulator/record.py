@@ -1,7 +1,9 @@
 """What happened under emulation: ops run, ops a real NPU would run on its CPU fallback or reject, float64 and
 fp16-overflow events, unsupported APIs. :func:`ascendify.emulator.report` turns it into a plain dict.
 
-Counters are keyed by the op object on the hot path (a dict increment) and named only when reported.
+On the hot path each op counts into its own record (the kernels' per-op ``OpInfo``, an attribute increment:
+no hashing); other calls count into ``ops``, keyed by the op object or a name. Both are named only when
+reported.
 """
 
 from __future__ import annotations
@@ -11,10 +13,13 @@ from collections import Counter
 
 class Recorder:
     def __init__(self) -> None:
+        self.infos: list = []  # per-op records with ``.name`` and ``.calls`` (counted in place)
         self.reset()
 
     def reset(self) -> None:
         """Clear every counter in place (the kernels hold references to them)."""
+        for info in self.infos:
+            info.calls = 0
         if hasattr(self, "ops"):
             for c in (self.ops, self.no_npu_kernel, self.rejected, self.unsupported_apis, self.float64,
                       self.fp16_overflow, self.warned):
@@ -30,6 +35,9 @@ class Recorder:
 
     def op_counts(self) -> dict[str, int]:
         named: Counter = Counter()
+        for info in self.infos:
+            if info.calls:
+                named[info.name] += info.calls
         for op, n in self.ops.items():
             named[op_name(op)] += n
         return dict(named.most_common())

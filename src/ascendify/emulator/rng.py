@@ -2,10 +2,19 @@
 
 Kernels with a ``generator`` argument get the device's generator when the caller passed none, so
 ``torch.npu.manual_seed`` (and ``torch.manual_seed``, which seeds every device) controls ``npu`` randomness
-and leaves the CPU's stream alone, as on hardware.
+and leaves the CPU's stream alone, as on hardware. Random ops that take no generator (``native_dropout``,
+which ``nn.Dropout`` uses on devices; attention with dropout) run inside :func:`drawing_from`: the CPU
+kernel draws from the CPU default generator, which for the call holds the device generator's state.
+
+``torch.Generator("npu")`` would ask C++ hooks that a Python backend cannot provide: :func:`install_generator`
+makes ``torch.Generator`` a thin factory that returns a :class:`NpuGenerator` for ``npu`` (a CPU engine, which
+is what the emulated device's kernels draw from, reporting ``device == npu:N``) and the usual generator for
+everything else; ``isinstance(g, torch.Generator)`` keeps answering for every generator.
 """
 
 from __future__ import annotations
+
+import contextlib
 
 import torch
 
@@ -47,3 +56,76 @@ def set_state(state: torch.Tensor, index: int) -> None:
     if not isinstance(state, torch.Tensor) or state.dtype != torch.uint8:
         raise TypeError("RNG state must be a torch.ByteTensor (as returned by torch.npu.get_rng_state())")
     generator(index).set_state(state.cpu())
+
+
+@contextlib.contextmanager
+def drawing_from(index: int):
+    """While active, the CPU default generator continues device ``index``'s random stream; afterwards the
+    device generator has advanced and the CPU generator is back where it was (same thread only)."""
+    g = generator(index)
+    cpu = torch.default_generator
+    saved = cpu.get_state()
+    cpu.set_state(g.get_state())
+    try:
+        yield
+    finally:
+        g.set_state(cpu.get_state())
+        cpu.set_state(saved)
+
+
+_TorchGenerator = torch._C.Generator
+
+
+class NpuGenerator(_TorchGenerator):
+    """What ``torch.Generator("npu:N")`` gives under emulation: seeded, saved and restored like any generator,
+    accepted by every random op on ``npu`` tensors (``generator=g``). Its engine is the CPU's Mersenne
+    Twister, like every emulated ``npu`` random number (an Ascend device draws different numbers)."""
+
+    @property
+    def device(self) -> torch.device:
+        return torch.device("npu", self._npu_index)
+
+    def __repr__(self) -> str:
+        return f"<NpuGenerator device={self.device} (emulated)>"
+
+    def __reduce__(self):
+        return (_rebuild_npu_generator, (self._npu_index, self.get_state()))
+
+
+def _rebuild_npu_generator(index: int, state: torch.Tensor) -> NpuGenerator:
+    g = NpuGenerator()
+    g._npu_index = index
+    g.set_state(state)
+    return g
+
+
+class _GeneratorMeta(type(_TorchGenerator)):
+    def __instancecheck__(cls, obj) -> bool:
+        return isinstance(obj, _TorchGenerator)
+
+    def __subclasscheck__(cls, sub) -> bool:
+        return issubclass(sub, _TorchGenerator)
+
+
+class Generator(_TorchGenerator, metaclass=_GeneratorMeta):
+    """Stands in for ``torch.Generator`` while emulating: ``Generator("npu")`` is an :class:`NpuGenerator`,
+    any other device the usual ``torch._C.Generator``."""
+
+    def __new__(cls, device=None):
+        if device is not None:
+            d = torch.device(device)
+            if d.type == "npu":
+                from ascendify.emulator import runtime
+
+                g = NpuGenerator()
+                g._npu_index = runtime.check_index(d.index)
+                return g
+            return _TorchGenerator(d)
+        return _TorchGenerator()
+
+
+def install_generator() -> None:
+    """Make ``torch.Generator("npu")`` work (idempotent)."""
+    if torch.Generator is _TorchGenerator:
+        Generator.__doc__ = _TorchGenerator.__doc__
+        torch.Generator = Generator

@@ -34,3 +34,27 @@ def run() -> dict:
 def _expect(cond: bool, what: str) -> None:
     if not cond:
         raise AssertionError(what)
+
+
+LATE_ENABLE = (
+    "a backward() ran in this process before the emulator was enabled: PyTorch's autograd engine sets up its "
+    "per-device queues at the first backward() and cannot run backward on a device added later. Enable the "
+    "emulator before the first backward() in the process (e.g. import ascendify.emulator and enable() at the "
+    "top, or use ASCENDIFY_EMULATE=npu / ascendify emulate)"
+)
+
+
+def autograd_engine_problem() -> str | None:
+    """Why autograd cannot run on the ``npu`` device in this process (None: it can), from a tiny backward.
+
+    The one known cause is a ``backward()`` before :func:`~ascendify.emulator.enable`: the engine's device
+    queues were sized without the npu device and every npu backward then fails an internal assert.
+    """
+    w = torch.ones(2, device="npu", requires_grad=True)
+    try:
+        (w * 2).sum().backward()
+    except RuntimeError as e:  # PyTorch's assert, or the emulator's clear error made from it (autograd_engine)
+        if "device_ready_queues_" in f"{e} {e.__cause__}":
+            return LATE_ENABLE
+        raise
+    return None

@@ -17,6 +17,7 @@ import ctypes
 import torch
 
 from ascendify.emulator import runtime
+from ascendify.emulator.layouts import refuse_layout as _refuse_layout
 
 _KDL_CPU = 1
 _KDL_EXT_DEV = 12
@@ -27,16 +28,43 @@ _get_pointer = ctypes.pythonapi.PyCapsule_GetPointer
 _get_pointer.restype = ctypes.c_void_p
 _get_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
 _i64_at = ctypes.c_int64.from_address
+_u64_at = ctypes.c_uint64.from_address
 _to_dlpack = torch._C._to_dlpack
 _from_dlpack = torch._C._from_dlpack
 _memory = runtime.memory
 _settings = runtime.settings
+_CAPSULE_POINTER = 16  # CPython's PyCapsule: PyObject_HEAD (refcount, type), then ``void *pointer``
+
+
+def _capsule_layout_ok() -> bool:
+    """True when reading the capsule's pointer field directly gives what ``PyCapsule_GetPointer`` gives (the
+    direct read skips a ctypes foreign call on every retag; checked once, else the API is used)."""
+    try:
+        cap = _to_dlpack(torch.zeros(1))
+        return _u64_at(id(cap) + _CAPSULE_POINTER).value == _get_pointer(cap, _DLTENSOR)
+    except Exception:
+        return False
+
+
+CAPSULE_DIRECT = _capsule_layout_ok()
+
+if CAPSULE_DIRECT:
+    def _dl_device(cap) -> ctypes.c_int64:
+        """The DLPack device word of capsule ``cap`` (writable)."""
+        return _i64_at(_u64_at(id(cap) + _CAPSULE_POINTER).value + _DEVICE_OFFSET)
+else:  # pragma: no cover - another Python implementation or a debug build
+    def _dl_device(cap) -> ctypes.c_int64:
+        return _i64_at(_get_pointer(cap, _DLTENSOR) + _DEVICE_OFFSET)
 
 
 def _retag(t: torch.Tensor, code: int) -> torch.Tensor:
     """Re-export ``t`` with DLPack device word ``code`` (device_type | device_id << 32, little-endian)."""
-    cap = _to_dlpack(t)
-    _i64_at(_get_pointer(cap, _DLTENSOR) + _DEVICE_OFFSET).value = code
+    try:
+        cap = _to_dlpack(t)
+    except RuntimeError:
+        _refuse_layout(t)
+        raise
+    _dl_device(cap).value = code
     return _from_dlpack(cap)
 
 
@@ -46,7 +74,7 @@ def cpu_alias(t: torch.Tensor) -> torch.Tensor:
     The lazy conjugate and negative bits, which DLPack drops, are put back on the alias.
     """
     cap = _to_dlpack(t)
-    _i64_at(_get_pointer(cap, _DLTENSOR) + _DEVICE_OFFSET).value = _KDL_CPU
+    _dl_device(cap).value = _KDL_CPU
     c = _from_dlpack(cap)
     if t.is_conj():
         c = c.conj()
@@ -78,8 +106,12 @@ def adopt_fresh(t: torch.Tensor, index: int = 0) -> torch.Tensor:
     """:func:`adopt` for a kernel's result (never a lazy conjugate/negative view): the hot path."""
     if _settings.single_device:
         index = 0
-    cap = _to_dlpack(t)
-    _i64_at(_get_pointer(cap, _DLTENSOR) + _DEVICE_OFFSET).value = _KDL_EXT_DEV | (index << 32)
+    try:
+        cap = _to_dlpack(t)
+    except RuntimeError:
+        _refuse_layout(t)
+        raise
+    _dl_device(cap).value = _KDL_EXT_DEV | (index << 32)
     out = _from_dlpack(cap)
     st = t.untyped_storage()
     if st.resizable():

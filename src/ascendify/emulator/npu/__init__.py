@@ -17,6 +17,7 @@ import types
 import torch
 
 from ascendify import knowledge
+from ascendify.emulator import default_index as _default_index
 from ascendify.emulator import rng, runtime
 from ascendify.emulator.errors import NotEmulatedError as _NotEmulatedError
 from ascendify.emulator.npu import amp
@@ -92,6 +93,7 @@ def set_device(device) -> None:
     index = _get_device_index(device)
     if index >= 0:
         runtime.current_device[0] = index
+        _default_index.note_current(index)
 
 
 class device:  # noqa: N801 - torch's name
@@ -104,6 +106,7 @@ class device:  # noqa: N801 - torch's name
     def __enter__(self):
         self.prev_idx = runtime.current_device[0]
         runtime.current_device[0] = self.idx
+        _default_index.note_current(self.idx)
 
     def __exit__(self, *exc):
         runtime.current_device[0] = self.prev_idx
