@@ -2,13 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
-
-import pytest
 from auto_support import PYTHON, SCRIPTS, last_json, run_cmd
-
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("ascendify.emulator.command") is None,
-                                reason="emulator not built yet")
 
 
 def test_redirection_to_the_emulated_npu():

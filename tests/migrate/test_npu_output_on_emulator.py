@@ -33,10 +33,6 @@ from migrate_run_support import (
 
 from ascendify import cli
 
-emulator = pytest.importorskip("ascendify.emulator")
-if not hasattr(emulator, "enable"):
-    pytest.skip("ascendify.emulator has no enable() yet", allow_module_level=True)
-
 PROBE = """\
 import ascendify.emulator
 ascendify.emulator.enable()
@@ -44,20 +40,6 @@ import torch, torch_npu
 assert (torch.ones(2, device="npu") + 1).sum().item() == 4.0
 print("ok")
 """
-
-# Known emulator gap (being fixed): Module.to("npu") replaces each parameter on its own, so parameters shared
-# between modules (the GPT's tied wte/lm_head weights) are untied on the emulated device.
-TIED_PROBE = """\
-import ascendify.emulator
-ascendify.emulator.enable()
-import torch
-m = torch.nn.Module()
-m.a, m.b = torch.nn.Embedding(4, 2), torch.nn.Linear(2, 4, bias=False)
-m.b.weight = m.a.weight
-m.to("npu")
-print("tied" if m.b.weight is m.a.weight else "untied")
-"""
-
 
 def _python(code: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True, timeout=180,
@@ -68,8 +50,7 @@ def _python(code: str, cwd: Path) -> subprocess.CompletedProcess:
 def npu_tree(request, tmp_path_factory):
     where = tmp_path_factory.mktemp("npu")
     probe = _python(PROBE, where)
-    if probe.returncode != 0 or "ok" not in probe.stdout:
-        pytest.skip(f"the emulated npu device does not work here yet: {probe.stderr.strip()[-500:]}")
+    assert probe.returncode == 0 and "ok" in probe.stdout, probe.stderr[-2000:]
     out = where / "project"
     assert cli.main(["migrate", str(EXAMPLES / "cuda_project"), "-o", str(out), "--to", "npu",
                      "--report", str(where / "report"), "-q"]) == 0
@@ -97,12 +78,9 @@ def test_npu_output_on_the_emulator_matches_the_hand_port_on_the_emulator(npu_tr
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
-def test_npu_output_on_the_emulator_matches_the_portable_port_on_cpu(npu_tree, script, tmp_path):
+def test_npu_output_on_the_emulator_matches_the_portable_port_on_cpu(npu_tree, script):
     got = comparable(_converted_run(npu_tree, script))
     want = comparable(hand_port_summary("portable_project", script, ("--device", "cpu")))
-    if got != want and script == "train_gpt.py" and _python(TIED_PROBE, tmp_path).stdout.strip() == "untied":
-        pytest.xfail("the emulator unties shared parameters on Module.to('npu'): the GPT's tied embeddings "
-                     "train as two tensors")
     assert got == want
 
 
