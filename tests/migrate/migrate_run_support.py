@@ -5,8 +5,6 @@ Runs of the hand-written ports are cached for the test session: several tests co
 
 from __future__ import annotations
 
-import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -15,31 +13,11 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from functools import cache
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-EXAMPLES = REPO / "examples"
-SCRIPTS = ("train_imagenet.py", "train_gpt.py", "infer.py")
+from example_runs import EXAMPLES, REPO, SCRIPTS, clean_env, summary_of  # noqa: F401
+from example_runs import TINY as EXAMPLE_TINY
 
-# The tiny runs of examples/README.md (a few seconds each, most of it importing torch). No checkpoint file.
-TINY = {
-    "train_imagenet.py": ["--epochs", "2", "--steps-per-epoch", "3", "--batch-size", "4", "--image-size", "32",
-                          "--num-classes", "10", "--workers", "0", "--checkpoint", ""],
-    "train_gpt.py": ["--steps", "4", "--batch-size", "2", "--seq-len", "16", "--vocab-size", "64",
-                     "--d-model", "32", "--n-layers", "2", "--n-heads", "2", "--warmup-steps", "2",
-                     "--dataset-tokens", "4096", "--precision", "fp32"],
-    "infer.py": ["--batch-size", "4", "--image-size", "32", "--num-classes", "10", "--iters", "3",
-                 "--warmup", "1"],
-}
-
-
-def clean_env(**extra: str) -> dict[str, str]:
-    """One thread (exact comparisons need the same thread count), no emulation or torchrun variables leaking in."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("ASCENDIFY_", "TORCH_NPU_", "RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_"))}
-    env.pop("CUDA_VISIBLE_DEVICES", None)
-    env["OMP_NUM_THREADS"] = "1"
-    env["PYTHONWARNINGS"] = "ignore"
-    env.update(extra)
-    return env
+# The examples' tiny runs, without writing a checkpoint file.
+TINY = {**EXAMPLE_TINY, "train_imagenet.py": [*EXAMPLE_TINY["train_imagenet.py"], "--checkpoint", ""]}
 
 
 # One emulated device unless a test asks for more: with several, the CUDA original's DataParallel branch
@@ -56,21 +34,6 @@ def run_script(project: Path, name: str, extra: tuple[str, ...] = (), *, emulate
     argv = [*prefix, str(project / name), *TINY[name], *extra]
     return subprocess.run(argv, cwd=cwd or project, capture_output=True, text=True, timeout=timeout,
                           env=env if env is not None else clean_env())
-
-
-def summary_of(proc: subprocess.CompletedProcess) -> dict:
-    """The JSON summary a run prints last; fails with the run's output."""
-    assert proc.returncode == 0, f"exit {proc.returncode}\nSTDOUT:\n{proc.stdout[-3000:]}\nSTDERR:\n{proc.stderr[-3000:]}"
-    for line in reversed(proc.stdout.splitlines()):
-        line = line.strip()
-        if line.startswith("{"):
-            try:
-                value = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(value, dict):
-                return value
-    raise AssertionError(f"no JSON summary in the output:\n{proc.stdout[-3000:]}")
 
 
 def comparable(summary: dict) -> dict:
