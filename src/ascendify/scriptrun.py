@@ -72,3 +72,32 @@ def run_as_main(
     finally:
         sys.argv = saved_argv
         sys.path[:] = saved_path
+
+
+def relaunch_torchrun(torchrun_args: list[str], ascendify_args: list[str], *, who: str) -> int:
+    """Run torchrun with ``torchrun_args``, starting each worker as ``python -m ascendify ASCENDIFY_ARGS SCRIPT ARGS``
+    (so every rank runs under ``ascendify run`` / ``ascendify emulate``; the launcher itself does not).
+
+    ``who`` names the verb in messages. Returns torchrun's exit status (1 when a worker failed; torchrun has
+    already printed the workers' errors).
+    """
+    from torch.distributed.run import get_args_parser
+    from torch.distributed.run import run as torchrun
+
+    a = get_args_parser().parse_args(torchrun_args)
+    if a.no_python:
+        print(f"{who}: torchrun --no-python runs a program that is not Python: it cannot run under ascendify",
+              file=sys.stderr)
+        return 2
+    inner = ["-m", a.training_script] if a.module else [a.training_script]
+    a.training_script_args = [*ascendify_args, *inner, *a.training_script_args]
+    a.training_script = "ascendify"
+    a.module = True
+    try:
+        torchrun(a)
+    except SystemExit as e:
+        return exit_code(e)
+    except Exception as e:  # ChildFailedError
+        print(f"{who}: torchrun failed: {e.__class__.__name__}", file=sys.stderr)
+        return 1
+    return 0

@@ -16,7 +16,7 @@ import os
 import sys
 from typing import Any
 
-from ascendify.scriptrun import exit_code, run_as_main
+from ascendify.scriptrun import relaunch_torchrun, run_as_main
 
 TORCHRUN_MODULES = ("torch.distributed.run", "torch.distributed.launch")
 
@@ -129,23 +129,4 @@ def is_torchrun(path: str | None, module: str | None) -> bool:
 
 def run_torchrun(args: list[str], child_flags: list[str]) -> int:
     """Parse torchrun's arguments and start each worker as ``python -m ascendify run FLAGS SCRIPT ARGS``."""
-    from torch.distributed.run import get_args_parser
-    from torch.distributed.run import run as torchrun
-
-    a = get_args_parser().parse_args(args)
-    if a.no_python:
-        print("ascendify run: torchrun --no-python runs a program that is not Python: it cannot be redirected",
-              file=sys.stderr)
-        return 2
-    inner = ["-m", a.training_script] if a.module else [a.training_script]
-    a.training_script_args = ["run", *child_flags, *inner, *a.training_script_args]
-    a.training_script = "ascendify"
-    a.module = True
-    try:
-        torchrun(a)
-    except SystemExit as e:
-        return exit_code(e)
-    except Exception as e:  # ChildFailedError: torchrun already printed the ranks' errors
-        print(f"ascendify run: torchrun failed: {e.__class__.__name__}", file=sys.stderr)
-        return 1
-    return 0
+    return relaunch_torchrun(args, ["run", *child_flags], who="ascendify run")

@@ -7,7 +7,7 @@ import os
 import sys
 
 from ascendify.fileio import write_atomic
-from ascendify.scriptrun import exit_code, run_as_main
+from ascendify.scriptrun import relaunch_torchrun, run_as_main
 
 
 def _rank() -> int:
@@ -47,23 +47,5 @@ def run_emulated(kind: str, target: str, args: list[str], *, json_path: str | No
 
 def run_torchrun(args: list[str], *, json_path: str | None, quiet: bool) -> int:
     """Start every torchrun worker as ``python -m ascendify emulate [flags] -- SCRIPT ARGS``."""
-    from torch.distributed.run import get_args_parser
-    from torch.distributed.run import run as torchrun
-
-    a = get_args_parser().parse_args(args)
-    if a.no_python:
-        print("ascendify emulate: torchrun --no-python runs a program that is not Python", file=sys.stderr)
-        return 2
-    inner = ["-m", a.training_script] if a.module else [a.training_script]
     flags = (["--json", json_path] if json_path else []) + (["-q"] if quiet else [])
-    a.training_script_args = ["emulate", *flags, "--", *inner, *a.training_script_args]
-    a.training_script = "ascendify"
-    a.module = True
-    try:
-        torchrun(a)
-    except SystemExit as e:
-        return exit_code(e)
-    except Exception as e:  # ChildFailedError: torchrun already printed the workers' errors
-        print(f"ascendify emulate: torchrun failed: {e.__class__.__name__}", file=sys.stderr)
-        return 1
-    return 0
+    return relaunch_torchrun(args, ["emulate", *flags, "--"], who="ascendify emulate")
