@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Create .venv and install ascendify with its pinned dependencies (torch 2.13.0, CPU build, first:
-# any other torch pulls gigabytes of CUDA packages). Safe to run again.
+# Create .venv and install ascendify with its dependencies at the exact versions CI uses (constraints.txt).
+# torch 2.13.0, CPU build, goes first: any other torch pulls gigabytes of CUDA packages. Safe to run again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3.11}
@@ -8,7 +8,8 @@ command -v "$PY" >/dev/null 2>&1 || PY=python3
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
-.venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip
-.venv/bin/python -m pip install -q --disable-pip-version-check "torch==2.13.0"
-.venv/bin/python -m pip install -q --disable-pip-version-check -e ".[dev]"
+PIP=(.venv/bin/python -m pip install -q --disable-pip-version-check)
+"${PIP[@]}" --upgrade pip
+"${PIP[@]}" "torch==2.13.0"
+"${PIP[@]}" -c constraints.txt -e ".[dev]"
 .venv/bin/python -c "import torch, ascendify; print('ascendify', ascendify.__version__, 'torch', torch.__version__)"

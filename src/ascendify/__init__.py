@@ -4,4 +4,4 @@ Importing this package is cheap and never imports torch; each capability lives i
 (``migrate``, ``emulator``, ``auto``, ...) and is loaded on demand.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

@@ -1,6 +1,6 @@
 """The ``ascendify`` command: one verb per capability.
 
-Each verb lives in ``ascendify/<capability>/command.py`` and exposes ``HELP`` (one line),
+Each verb's front-end lives in ``ascendify/commands/<verb>.py`` and exposes ``HELP`` (one line),
 ``add_arguments(parser)`` and ``run(args) -> int``. Command modules must import nothing heavy at module
 level (no torch): ``ascendify migrate`` runs where torch is not installed.
 """
@@ -15,9 +15,15 @@ from ascendify import __version__
 
 # verb -> module; order is the order shown in --help
 VERBS: dict[str, str] = {
+    "demo": "ascendify.commands.demo",
+    "doctor": "ascendify.commands.doctor",
     "migrate": "ascendify.migrate.command",
-    "emulate": "ascendify.emulator.command",
     "run": "ascendify.auto.command",
+    "emulate": "ascendify.emulator.command",
+    "dump": "ascendify.commands.dump",
+    "compare": "ascendify.commands.compare",
+    "bench": "ascendify.commands.bench",
+    "train": "ascendify.commands.train",
 }
 
 
