@@ -17,7 +17,7 @@ from ascendify import __version__
 VERBS: dict[str, str] = {
     "demo": "ascendify.commands.demo",
     "doctor": "ascendify.commands.doctor",
-    "migrate": "ascendify.migrate.command",
+    "migrate": "ascendify.commands.migrate",
     "run": "ascendify.auto.command",
     "emulate": "ascendify.emulator.command",
     "dump": "ascendify.commands.dump",

@@ -71,7 +71,7 @@ def _inside(child: Path, parent: Path) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .rules import RULES
+    from ascendify.migrate.rules import RULES
 
     if args.explain:
         rule = RULES.get(args.explain.upper())
@@ -111,9 +111,9 @@ def run(args: argparse.Namespace) -> int:
 
     from rich.console import Console
 
-    from .engine import Options
-    from .report import build, print_summary, write
-    from .runner import clashes, plan, run_tasks
+    from ascendify.migrate.engine import Options
+    from ascendify.migrate.report import build, print_summary, write
+    from ascendify.migrate.runner import clashes, plan, run_tasks
 
     options = Options(target=args.target, unsafe=args.unsafe, select=tuple(s.upper() for s in args.select),
                       ignore=tuple(s.upper() for s in args.ignore))
