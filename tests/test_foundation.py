@@ -49,3 +49,26 @@ def test_write_atomic_leaves_no_temp_on_failure(tmp_path, monkeypatch):
         fileio.write_atomic(target, "new")
     assert target.read_text() == "old"
     assert [p.name for p in tmp_path.iterdir()] == ["x.txt"]
+
+
+def test_patches_restore_own_inherited_and_undo_steps_in_reverse():
+    from ascendify.patching import Patches
+
+    class Base:
+        def f(self):
+            return "base"
+
+    class Child(Base):
+        g = 1
+
+    calls = []
+    with Patches() as p:
+        p.set(Child, "f", lambda self: "patched")  # inherited: restored by delattr
+        p.set(Child, "g", 2)  # own: restored by setattr
+        p.set(Child, "g", 3)  # second patch of the same attribute: first original wins
+        p.on_restore(lambda: calls.append("first"))
+        p.on_restore(lambda: calls.append("second"))
+        assert (Child().f(), Child.g, len(p)) == ("patched", 3, 2)
+    assert Child().f() == "base" and "f" not in vars(Child)
+    assert Child.g == 1
+    assert calls == ["second", "first"]

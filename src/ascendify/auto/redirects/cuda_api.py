@@ -22,9 +22,9 @@ import contextlib
 import importlib
 from typing import Any
 
-from ascendify.auto.patching import light_wraps
 from ascendify.auto.record import caller_is_user
 from ascendify.auto.redirects.devices import class_factory
+from ascendify.patching import light_wraps
 
 LEFT_ALONE = frozenset({"CudaError", "DeferredCudaCallError", "cudaStatus", "has_half", "has_magma", "amp"})
 SUBMODULES = ("random", "memory", "graphs", "streams", "nvtx", "nccl", "profiler", "jiterator", "sparse", "tunable")

@@ -1,4 +1,9 @@
-"""A registry of monkey patches that can be undone exactly.
+"""A registry of monkey patches that can be undone exactly: the one patching mechanism of ascendify.
+
+Shared by every capability that replaces attributes of torch (``ascendify run``'s redirections in
+:mod:`ascendify.auto`, the emulated device in :mod:`ascendify.emulator`): patch through one :class:`Patches`
+object per feature and call :meth:`Patches.restore` to undo all of it, in reverse order. The registry also
+works as a context manager (``with Patches() as p: p.set(...)`` restores on exit).
 
 Every attribute ascendify replaces goes through :class:`Patches`, which remembers whether the owner held the
 attribute in its own ``__dict__`` (restored with ``setattr``) or inherited it (restored with ``delattr``), so
@@ -86,3 +91,9 @@ class Patches:
 
     def __len__(self) -> int:
         return len(self._items)
+
+    def __enter__(self) -> Patches:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.restore()
