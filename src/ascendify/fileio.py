@@ -22,15 +22,16 @@ from typing import Any
 def write_atomic(path: str | os.PathLike[str], data: bytes | str, *, mode: int | None = None) -> None:
     """Write ``data`` to ``path`` through a temporary file in the same folder and an atomic rename.
 
-    ``str`` is written as UTF-8 with no newline translation. ``mode`` sets the file's permission bits (the
-    existing file's are kept when it is replaced and ``mode`` is None).
+    ``str`` is written as UTF-8 with no newline translation. ``mode`` sets the file's permission bits; when it
+    is None an existing file keeps its bits and a new file gets ``0o666`` less the umask, as ``open()`` would
+    give it (not the ``0o600`` of a temporary file).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     if isinstance(data, str):
         data = data.encode("utf-8")
-    if mode is None and path.exists():
-        mode = path.stat().st_mode & 0o7777
+    if mode is None:
+        mode = path.stat().st_mode & 0o7777 if path.exists() else 0o666 & ~_umask()
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
@@ -46,6 +47,13 @@ def write_atomic(path: str | os.PathLike[str], data: bytes | str, *, mode: int |
         except FileNotFoundError:
             pass
         raise
+
+
+def _umask() -> int:
+    """The process umask (read by setting and restoring it: there is no read-only call)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def write_json(path: str | os.PathLike[str], obj: Any) -> None:

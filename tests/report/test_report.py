@@ -1,0 +1,94 @@
+"""The shared reporting layer: tables that fit, strict JSON, CSV, and a self-contained HTML page."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import re
+
+import pytest
+
+from ascendify import report
+
+COLS = [
+    report.Column("file", kind="path"),
+    report.Column("sites", kind="number"),
+    report.Column("status", kind="status"),
+    report.Column("note"),
+]
+ROWS = [
+    {"file": "examples/cuda_project/train_gpt.py", "sites": 12, "status": "ok", "note": "converted " * 8},
+    {"file": "examples/cuda_project/train_imagenet.py", "sites": 1234, "status": "fail", "note": "x"},
+]
+
+
+@pytest.mark.parametrize("width", [60, 80, 120])
+def test_table_fits_width_and_keeps_file_names_distinct(width):
+    text = report.table_text(COLS, ROWS, title="Files", width=width)
+    assert max(len(line) for line in text.splitlines()) <= width
+    for name in ("train_gpt.py", "train_imagenet.py"):
+        assert any(name in line for line in text.splitlines()), (name, text)  # never folded or cut
+    assert "1,234" in text
+
+
+def test_non_terminal_width_follows_columns(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "72")
+    assert report.console().width == 72
+    monkeypatch.delenv("COLUMNS")
+    assert report.console().width == report.tables.DEFAULT_WIDTH  # pytest captures output: not a terminal
+
+
+def test_shorten_path_drops_leading_folders_only():
+    assert report.tables.shorten_path("a/b/c/train_gpt.py", 16) == "…/c/train_gpt.py"
+    assert report.tables.shorten_path("a/b/c/train_gpt.py", 5) == "train_gpt.py"
+    assert report.tables.shorten_path("short.py", 40) == "short.py"
+
+
+def test_plural_and_values():
+    assert report.plural(1, "file") == "1 file"
+    assert report.plural(2, "file") == "2 files"
+    assert report.plural(0, "match", "matches") == "0 matches"
+    assert report.format_value(1234567) == "1,234,567"
+    assert report.format_value(0.000012345) == "1.234e-05"
+    assert report.format_value(float("nan")) == "nan"
+    assert report.format_value(None) == ""
+
+
+def test_json_is_strict_and_files_are_0644(tmp_path):
+    old = os.umask(0o022)
+    try:
+        report.write_json(tmp_path / "r.json", {"x": float("nan"), "y": float("inf"), "z": [1.5]})
+        report.write_csv(tmp_path / "r.csv", ROWS, ["file", "sites"])
+    finally:
+        os.umask(old)
+    data = json.loads((tmp_path / "r.json").read_text(), parse_constant=lambda c: pytest.fail(f"non-JSON {c}"))
+    assert data == {"x": "nan", "y": "inf", "z": [1.5]}
+    for name in ("r.json", "r.csv"):
+        assert (tmp_path / name).stat().st_mode & 0o777 == 0o644
+    rows = list(csv.DictReader((tmp_path / "r.csv").open()))
+    assert rows[1] == {"file": "examples/cuda_project/train_imagenet.py", "sites": "1234"}
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary files left
+
+
+def test_html_is_self_contained(tmp_path):
+    r = report.HtmlReport("Precision <report>", subtitle="golden vs target")
+    s = r.section("Verdict")
+    s.verdict("fail", "first divergence at layers.1.mlp", "local error 3e-2 > 1e-5")
+    s.table(COLS, ROWS * 10, highlight=lambda row: row["status"] == "fail")
+    png = report.plots.line_plot({"err": ([0, 1, 2], [1e-7, 1e-6, 1e-2])}, title="error", logy=True, hline=1e-5,
+                                 hline_label="threshold", mark_x=2, mark_label="first divergence")
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    s.image(png, "error per node")
+    s.section("Source").code("x = f(y)\nz = g(x)\n", first_line=41, highlight=42)
+    r.section("Verdict")  # duplicate titles get distinct anchors
+    r.write(tmp_path / "r.html")
+    page = (tmp_path / "r.html").read_text()
+    assert "Precision &lt;report&gt;" in page
+    assert re.search(r'class="verdict fail"', page)
+    assert page.count('<tr class="highlight">') == 10
+    assert "data:image/png;base64," in page
+    assert 'class="line hl"><span class="ln">42</span>' in page
+    assert 'id="verdict"' in page and 'id="verdict-2"' in page
+    assert "oninput=" in page  # long tables get a filter box
+    assert not re.search(r'(src|href)="(https?:)?//', page)  # nothing fetched from outside
