@@ -101,3 +101,61 @@ def overloads_without_npu_kernel() -> frozenset[str]:
 def provenance(name: str) -> dict[str, Any]:
     """Where package-data file ``name`` comes from."""
     return load(name)["provenance"]
+
+
+# --- device peaks (data/device_peaks.json): published peak FLOP/s and bandwidths per chip, for MFU and roofline
+
+_DTYPE_KEYS = {
+    "fp32": "fp32", "float32": "fp32", "float": "fp32", "torch.float32": "fp32",
+    "tf32": "tf32", "hf32": "hf32",
+    "bf16": "bf16", "bfloat16": "bf16", "torch.bfloat16": "bf16",
+    "fp16": "fp16", "float16": "fp16", "half": "fp16", "torch.float16": "fp16",
+}
+
+
+def _norm_device_name(name: str) -> str:
+    s = name.lower()
+    for word in ("nvidia", "tesla", "ascend", "huawei"):
+        s = s.replace(word, "")
+    return "".join(ch for ch in s if ch not in " -_")
+
+
+def device_peaks(device_name: str) -> dict[str, Any] | None:
+    """The entry of ``data/device_peaks.json`` for a device name as torch or npu-smi prints it, or None.
+
+    ``"NVIDIA A100-SXM4-80GB"``, ``"Ascend910B3"``, ``"910B3"``, ``"NVIDIA H100 80GB HBM3"`` all resolve. The entry
+    holds ``tflops`` per dtype (dense; None where unsupported or unpublished), ``memory_gbps``,
+    ``host_link_gbps`` (per direction), ``confidence`` and ``sources``.
+    """
+    import re
+
+    key = _norm_device_name(device_name or "")
+    if not key:
+        return None
+    for dev in load("device_peaks")["devices"]:
+        if any(re.search(rx, key) for rx in dev["match"]):
+            return dev
+    return None
+
+
+def device_peak(device_name: str, dtype: str) -> float | None:
+    """Published dense peak of ``device_name`` for ``dtype`` in FLOP/s (not TFLOP/s), or None when unknown.
+
+    ``dtype`` is ``fp32``/``tf32``/``hf32``/``bf16``/``fp16`` or a torch dtype name (``torch.bfloat16``). ``tf32`` and
+    ``hf32`` stand for one another (NVIDIA's and Ascend's reduced-precision fp32 matmul), so a bench that enabled
+    either asks for either.
+
+    >>> device_peak("NVIDIA H100 80GB HBM3", "bf16") / 1e12
+    989.4
+    >>> device_peak("Tesla V100-SXM2-16GB", "bf16") is None
+    True
+    """
+    dev = device_peaks(device_name)
+    k = _DTYPE_KEYS.get(str(dtype).lower())
+    if dev is None or k is None:
+        return None
+    tf = dev["tflops"]
+    val = tf.get(k)
+    if val is None and k in ("tf32", "hf32"):
+        val = tf.get("hf32" if k == "tf32" else "tf32")
+    return None if val is None else float(val) * 1e12
