@@ -6,7 +6,6 @@ Nothing heavy is imported at module level (no torch, ever, on this path).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -24,7 +23,8 @@ examples:
   ascendify migrate src/ --to portable -o out/portable  device-agnostic code that runs everywhere
   ascendify migrate --explain ASC103                    what a rule does
 
-exit codes: 0 ok; 1 changes needed (--check); 2 usage error; 3 some files were skipped (bad input);
+exit codes: 0 ok; 1 changes needed (--check); 2 usage error (also: no Python file under PATH, or a
+non-empty OUTDIR that ascendify did not write, without --force); 3 some files were skipped (bad input);
 4 an output file could not be written (files already written are complete: writes are atomic)."""
 
 EXIT_OK, EXIT_CHANGES, EXIT_USAGE, EXIT_SKIPPED, EXIT_IO = 0, 1, 2, 3, 4
@@ -47,10 +47,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ignore", action="append", default=[], metavar="RULE[,RULE]",
                    help="skip these rules (IDs or prefixes)")
     p.add_argument("--unsafe", action="store_true", help="also apply unsafe fixes")
+    p.add_argument("--force", action="store_true",
+                   help="write into a non-empty OUTDIR that is not an earlier ascendify migrate output")
     p.add_argument("--max-size", type=int, default=5 * 1024 * 1024, metavar="BYTES",
                    help="skip (and copy) Python files larger than this")
     p.add_argument("--format", choices=("text", "json"), default="text",
-                   help="json: print the report (report.json's content) on stdout")
+                   help="json: print the report (report.json's content) on stdout; with --diff each file's "
+                        "diff is in it (files[].diff)")
     p.add_argument("-q", "--quiet", action="store_true", help="no summary table")
     p.add_argument("-v", "--verbose", action="store_true", help="list every file in the summary")
     p.add_argument("--explain", metavar="RULE", help="print a rule's documentation and exit")
@@ -109,25 +112,35 @@ def run(args: argparse.Namespace) -> int:
 
         jobs = os.cpu_count() or 1
 
-    from rich.console import Console
-
+    from ascendify import report as shared
     from ascendify.migrate.engine import Options
-    from ascendify.migrate.report import build, print_summary, write
-    from ascendify.migrate.runner import clashes, plan, run_tasks
+    from ascendify.migrate.native import NATIVE_SUFFIXES
+    from ascendify.migrate.report import build, next_steps, print_summary, write
+    from ascendify.migrate.runner import OUTPUT_MARKER, clashes, foreign_output, plan, run_tasks, write_marker
 
     options = Options(target=args.target, unsafe=args.unsafe, select=tuple(s.upper() for s in args.select),
                       ignore=tuple(s.upper() for s in args.ignore))
-    # --check --diff (as with black/ruff): print the diff and exit 1 when something would change
-    mode = "diff" if args.diff else "check" if args.check else "inplace" if args.inplace else \
-        "write" if args.output is not None else "check"
-    tasks = plan(list(args.paths), args.output, mode, options, args.max_size)
+    # what this run does (report.json's "mode"): --check (with --diff too, as black/ruff: print the diff and
+    # exit 1 when something would change), --diff, --inplace, -o (write), else analyse (nothing written)
+    mode = "check" if args.check else "diff" if args.diff else "inplace" if args.inplace else \
+        "write" if args.output is not None else "analyse"
+    run_mode = "diff" if args.diff else "check" if mode in ("check", "analyse") else mode
+    tasks = plan(list(args.paths), args.output, run_mode, options, args.max_size)
+    if not any(t.src.endswith((".py", ".pyi")) or Path(t.src).suffix.lower() in NATIVE_SUFFIXES for t in tasks):
+        what = "no file at all" if not tasks else shared.plural(len(tasks), "file") + ", none of them Python"
+        return _usage(f"nothing to convert under {', '.join(map(str, args.paths))}: {what}")
     clash = clashes(tasks)
     if clash:
         return _usage(f"two inputs would be written to the same output file: {clash[0]} (convert them "
                       "separately, or pass their common folder)")
-    console = Console(stderr=True)
-    if not console.is_terminal:
-        console = Console(stderr=True, width=160)
+    if mode == "write" and not args.force:
+        foreign = foreign_output(args.output)
+        if foreign:
+            return _usage(f"the output folder {args.output} is not empty and was not written by ascendify "
+                          f"migrate (it holds {foreign}; no {OUTPUT_MARKER} marker): choose a new folder, or "
+                          "pass --force")
+    # the summary goes to stdout, unless stdout carries the diff or the JSON
+    console = shared.console(stderr=args.diff or args.format == "json")
     t0 = time.perf_counter()
     progress = None
     if console.is_terminal and len(tasks) > 20 and not args.quiet:
@@ -141,6 +154,8 @@ def run(args: argparse.Namespace) -> int:
             bar.update(task_id, completed=n)
     try:
         pairs = run_tasks(tasks, jobs, progress)
+        if mode == "write":
+            write_marker(args.output, target=args.target, inputs=[str(p) for p in args.paths])
     except OSError as e:
         print(f"ascendify migrate: error: cannot write {e.filename or ''}: {e.strerror or e}", file=sys.stderr)
         return EXIT_IO
@@ -154,24 +169,33 @@ def run(args: argparse.Namespace) -> int:
                    options={"mode": mode, "unsafe": args.unsafe, "select": args.select, "ignore": args.ignore,
                             "jobs": jobs})
     report_dir = args.report
-    if report_dir is None and args.output is not None:
+    if report_dir is None and mode == "write":
         report_dir = args.output.parent / f"{args.output.name}_migration_report"
-    if report_dir is not None and not args.check and not args.diff or args.report is not None:
-        written = write(report, results, report_dir)
-        report["report_files"] = [str(p) for p in written]
-    if args.diff:
-        for _, d in pairs:
-            if d:
-                sys.stdout.write(d)
+    if report_dir is not None:
+        try:
+            write(report, results, report_dir)
+        except OSError as e:
+            print(f"ascendify migrate: error: cannot write the report {e.filename or report_dir}: "
+                  f"{e.strerror or e}", file=sys.stderr)
+            return EXIT_IO
     if args.format == "json":
-        print(json.dumps(report, indent=2, ensure_ascii=False))
-    elif not args.quiet:
-        print_summary(report, results, console, verbose=args.verbose)
-        if report.get("report_files"):
-            console.print(f"report: {Path(report['report_files'][0]).parent}")
-        for r in results:
-            if r.status == "skipped":
-                console.print(f"[yellow]skipped[/] {r.path}: {r.reason} (copied unchanged)")
+        if args.diff:  # the diffs go inside the JSON, so stdout stays one JSON document
+            for entry, (_, d) in zip(report["files"], pairs, strict=True):
+                entry["diff"] = d or ""
+        sys.stdout.write(shared.dumps_json(report))
+    else:
+        if args.diff:
+            for _, d in pairs:
+                if d:
+                    sys.stdout.write(d)
+        if not args.quiet:
+            print_summary(report, results, console, verbose=args.verbose)
+            for r in results:
+                if r.status == "skipped":
+                    console.print(f"[yellow]skipped[/] {r.path}: {r.reason} (copied unchanged)", highlight=False)
+            for line in next_steps(report, results, mode=mode, output=args.output, inputs=list(args.paths),
+                                   report_dir=report_dir):
+                console.print(line, highlight=False, soft_wrap=True)  # commands and paths stay copy-pasteable
     t = report["totals"]
     if args.check and t["changed"]:
         return EXIT_CHANGES

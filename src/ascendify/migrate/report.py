@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from ascendify import __version__, fileio
+from ascendify.report import plural
 
 from .model import ADVICE, API, CHANGE, REPORT, FileResult
 from .rules import RULES
@@ -42,6 +43,7 @@ def build(results: list[FileResult], *, target: str, options: dict[str, Any], in
         "schema": SCHEMA,
         "tool": f"ascendify {__version__}",
         "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        "mode": options.get("mode", ""),  # analyse | check | diff | write | inplace: what this run did
         "target": target,
         "options": options,
         "inputs": inputs,
@@ -53,9 +55,14 @@ def build(results: list[FileResult], *, target: str, options: dict[str, Any], in
     }
 
 
+REPORT_FILES = ("report.md", "report.json", "changes.csv", "unsupported.csv", "advice.csv", "cuda_ops.csv")
+
+
 def write(report: dict[str, Any], results: list[FileResult], out_dir: Path) -> list[Path]:
+    """Write the report files (atomic, 0644 under the usual umask) into ``out_dir``; report.md first."""
+    from ascendify import report as shared
+
     out_dir.mkdir(parents=True, exist_ok=True)
-    written = []
 
     def rows(kinds: tuple[str, ...]):
         for r in results:
@@ -63,30 +70,33 @@ def write(report: dict[str, Any], results: list[FileResult], out_dir: Path) -> l
                 if f.kind in kinds:
                     yield r.path, f
 
-    p = out_dir / "report.json"
-    fileio.write_json(p, report)
-    written.append(p)
-    p = out_dir / "changes.csv"
-    fileio.write_csv(p, ["file", "line", "end_line", "rule", "before", "after"],
-                     ([path, f.line, f.end_line, f.rule, f.before, f.after] for path, f in rows((CHANGE,))))
-    written.append(p)
-    p = out_dir / "unsupported.csv"
-    fileio.write_csv(p, ["file", "line", "api", "rule", "severity", "reason", "reason_en", "tip"],
-                     ([path, f.line, f.api, f.rule, f.severity, f.message, f.gloss, f.tip]
-                      for path, f in rows((REPORT, API))))
-    written.append(p)
-    p = out_dir / "advice.csv"
-    fileio.write_csv(p, ["file", "line", "api", "rule", "advice", "tip"],
-                     ([path, f.line, f.api, f.rule, f.message, f.tip] for path, f in rows((ADVICE,))))
-    written.append(p)
-    p = out_dir / "cuda_ops.csv"
-    fileio.write_csv(p, ["file", "line", "kind", "namespace", "op", "dispatch_key", "schema"],
-                     ([r.path, o["line"], o["kind"], o["namespace"], o["op"], o["dispatch_key"], o["schema"]]
-                      for r in results for o in r.native_ops))
-    written.append(p)
-    p = out_dir / "report.md"
-    fileio.write_atomic(p, markdown(report, results))
-    written.append(p)
+    files = {
+        "report.md": None,
+        "report.json": None,
+        "changes.csv": (["file", "line", "end_line", "rule", "before", "after"],
+                        [{"file": path, "line": f.line, "end_line": f.end_line, "rule": f.rule, "before": f.before,
+                          "after": f.after} for path, f in rows((CHANGE,))]),
+        "unsupported.csv": (["file", "line", "api", "rule", "severity", "reason", "reason_en", "tip"],
+                            [{"file": path, "line": f.line, "api": f.api, "rule": f.rule, "severity": f.severity,
+                              "reason": f.message, "reason_en": f.gloss, "tip": f.tip}
+                             for path, f in rows((REPORT, API))]),
+        "advice.csv": (["file", "line", "api", "rule", "advice", "tip"],
+                       [{"file": path, "line": f.line, "api": f.api, "rule": f.rule, "advice": f.message,
+                         "tip": f.tip} for path, f in rows((ADVICE,))]),
+        "cuda_ops.csv": (["file", "line", "kind", "namespace", "op", "dispatch_key", "schema"],
+                         [{"file": r.path, **o} for r in results for o in r.native_ops]),
+    }
+    written = [out_dir / name for name in REPORT_FILES]
+    report["report_files"] = [str(p) for p in written]
+    for name, spec in files.items():
+        path = out_dir / name
+        if name == "report.md":
+            fileio.write_atomic(path, markdown(report, results))
+        elif name == "report.json":
+            shared.write_json(path, report)
+        else:
+            columns, table_rows = spec
+            shared.write_csv(path, table_rows, columns)
     return written
 
 
@@ -149,26 +159,141 @@ def markdown(report: dict[str, Any], results: list[FileResult]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def print_summary(report: dict[str, Any], results: list[FileResult], console, *, verbose: bool = False) -> None:
-    from rich.table import Table
+# The terminal table: short headers (the legend under the table says what they mean), so that it fits
+# 80 columns with the file names whole.
+SUMMARY_LIMIT = 30  # rows shown without -v; the rest are added up in one "(N more files)" row
 
-    table = Table(title=f"ascendify migrate --to {report['target']}", show_footer=True)
-    cols = ("file", "status", "CUDA sites", "converted", "report-only", "unsupported", "accounted", "API notes",
-            "advice")
-    t = report["totals"]
-    footers = ("total", f"{t['changed']} changed, {t['skipped']} skipped", str(t["cuda_sites"]),
-               str(t["converted"]), str(t["report_only"]), str(t["unsupported"]), f"{t['accounted_share']:.0%}",
-               str(t["api_notes"]), str(t["advice"]))
-    for c, f in zip(cols, footers, strict=True):
-        table.add_column(c, footer=f, justify="left" if c in ("file", "status") else "right")
+LEGEND = ("converted: CUDA sites rewritten; manual: CUDA sites listed for a person; notes: torch APIs with "
+          "limits on Ascend; advice: performance advice")
+
+
+def _row(path: str, status: str, s: dict[str, int]) -> dict[str, Any]:
+    return {"file": path, "status": status, "converted": s["converted"], "manual": s["cuda_sites"] - s["converted"],
+            "notes": s["api_notes"], "advice": s["advice"]}
+
+
+def summary_rows(results: list[FileResult], *, verbose: bool = False,
+                 limit: int = SUMMARY_LIMIT) -> tuple[list[dict[str, Any]], int]:
+    """Rows of the terminal table, and how many files had nothing to show.
+
+    A file is shown when it has a CUDA site, an API note, advice or CUDA ops, or was skipped (every file with
+    ``-v``). Beyond ``limit`` rows (not with ``-v``) the rest are added up in one row, so the total row is
+    always the sum of the rows above it.
+    """
+    shown = []
+    quiet = 0
     for r in results:
         s = r.summary()
-        if not verbose and not s["cuda_sites"] and r.status != "skipped" and not r.native_ops:
+        if verbose or r.status == "skipped" or r.native_ops or any(s.values()):
+            status = r.status
+            if r.status == "skipped":
+                status = "skipped"
+            elif r.native_ops:
+                status = plural(len(r.native_ops), "CUDA op")
+            shown.append(_row(r.path, status, s))
+        else:
+            quiet += 1
+    if not verbose and len(shown) > limit:
+        rest = shown[limit - 1:]
+        shown = shown[: limit - 1]
+        keys = ("converted", "manual", "notes", "advice")
+        more = {"file": f"({plural(len(rest), 'more file')}; -v lists them)", "status": ""}
+        more.update({k: sum(x[k] for x in rest) for k in keys})
+        shown.append(more)
+    return shown, quiet
+
+
+SUMMARY_COLUMNS = (
+    ("file", "path"), ("status", "text"), ("converted", "number"), ("manual", "number"), ("notes", "number"),
+    ("advice", "number"),
+)
+
+
+def print_summary(report: dict[str, Any], results: list[FileResult], console, *, verbose: bool = False) -> None:
+    """The per-file table with a total row, then the figures in words (``console``: a rich Console)."""
+    from ascendify import report as shared
+
+    t = report["totals"]
+    rows, quiet = summary_rows(results, verbose=verbose)
+    cols = [shared.Column(name, kind=kind) for name, kind in SUMMARY_COLUMNS]
+    if rows:
+        total = _row("total", f"{t['changed']} changed", t)
+        total["manual"] = t["cuda_sites"] - t["converted"]
+        table = shared.table(cols, rows + [total], f"ascendify migrate --to {report['target']}", width=console.width)
+        table.rows[-2].end_section = True
+        console.print(table)
+        console.print(LEGEND, style="dim")
+    out = [f"{plural(t['files'], 'file')}, {plural(t['lines'], 'Python line')}, {report['seconds']:.2f} s: "
+           f"{t['changed']} changed" + (f", {t['skipped']} skipped" if t["skipped"] else "")
+           + (f", {quiet} with nothing to report" if quiet and rows else "") + "."]
+    if t["cuda_sites"]:
+        manual = t["cuda_sites"] - t["converted"]
+        if not manual:
+            out.append(f"{plural(t['cuda_sites'], 'CUDA site')}, all converted.")
+        else:
+            out.append(f"{plural(t['cuda_sites'], 'CUDA site')}: {t['converted']} converted, {manual} listed for a "
+                       "person" + (f" ({t['unsupported']} unsupported on Ascend)." if t["unsupported"] else "."))
+        out.append(f"{t['accounted_share']:.0%} accounted for (converted or listed by a specific rule, not by "
+                   "ASC099).")
+    else:
+        out.append("No CUDA-specific code found.")
+    bits = [plural(t["api_notes"], "API note")] if t["api_notes"] else []
+    bits += [f"{t['advice']} performance advice"] if t["advice"] else []
+    bits += [f"{plural(t['native_ops'], 'custom CUDA op')} to port"] if t["native_ops"] else []
+    if bits:
+        out.append(", ".join(bits) + ".")
+    for line in out:
+        console.print(line, highlight=False)
+
+
+def next_steps(report: dict[str, Any], results: list[FileResult], *, mode: str, output: Path | None,
+               inputs: list[Path], report_dir: Path | None) -> list[str]:
+    """What to do after this run: where the report is, what needs a person, how to run the result."""
+    t = report["totals"]
+    lines = []
+    if report_dir is not None:
+        lines.append(f"Report: {report_dir / 'report.md'}")
+    steps = []
+    manual = t["cuda_sites"] - t["converted"]
+    where = " (report folder)" if report_dir is not None else ""
+    if manual:
+        steps.append(f"check the {plural(manual, 'site')} listed for a person: unsupported.csv{where}")
+    if t["native_ops"]:
+        steps.append(f"port the {plural(t['native_ops'], 'custom CUDA op')}: cuda_ops.csv{where}")
+    if mode in ("write", "inplace"):
+        root = output if mode == "write" else None
+        entry = _entry_script(results, root, inputs)
+        if entry is not None:
+            if report["target"] == "npu":
+                steps.append("run it on the emulated NPU (no Ascend hardware needed):\n"
+                             f"     ascendify emulate -- python {entry} ...")
+            else:
+                steps.append(f"run it anywhere (NPU, CUDA, CPU...): python {entry} ...")
+    elif mode in ("analyse", "check", "diff") and (t["changed"] or manual):
+        src = " ".join(str(p) for p in inputs)
+        steps.append(f"write the converted code: ascendify migrate {src} -o OUTDIR --to {report['target']}")
+    if steps:
+        lines.append("Next:")
+        lines += [f"  {i}. {s}" for i, s in enumerate(steps, 1)]
+    return lines
+
+
+def _entry_script(results: list[FileResult], root: Path | None, inputs: list[Path]) -> Path | None:
+    """A converted file that runs as a program (``if __name__ == "__main__"``), ``train*`` first."""
+    candidates = []
+    for r in results:
+        if r.status != "changed" or not r.path.endswith(".py"):
             continue
-        status = r.status if r.status != "skipped" else f"[yellow]skipped[/]: {r.reason}"
-        if r.native_ops:
-            status += f" ({len(r.native_ops)} CUDA ops)"
-        table.add_row(r.path, status, str(s["cuda_sites"]), str(s["converted"]), str(s["report_only"]),
-                      str(s["unsupported"]), f"{accounted(s):.0%}", str(s["api_notes"]), str(s["advice"]))
-    console.print(table)
-    console.print(f"{t['files']} files, {t['lines']} Python lines in {report['seconds']:.2f} s")
+        if root is not None:
+            path = root / r.path
+        else:
+            base = inputs[0] if len(inputs) == 1 else None
+            path = (base / r.path if base.is_dir() else base) if base is not None else Path(r.path)
+        try:
+            text = path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        if "__main__" in text:
+            name = path.name
+            candidates.append((not name.startswith("train"), r.path.count("/"), str(path), path))
+    return min(candidates)[3] if candidates else None

@@ -97,6 +97,39 @@ def clashes(tasks: list[Task]) -> list[str]:
     return out
 
 
+# Written into every output folder: a later run recognises its own earlier output and may overwrite it;
+# any other non-empty folder is refused without --force.
+OUTPUT_MARKER = ".ascendify-migrate.json"
+
+
+def foreign_output(out: Path) -> str:
+    """'' when ``out`` may be written (missing, empty, or an earlier ascendify migrate output); else what it holds."""
+    if not out.exists() and not out.is_symlink():
+        return ""
+    if not out.is_dir():
+        return "a file, not a folder"
+    entries = sorted(p.name for p in out.iterdir())
+    if not entries or OUTPUT_MARKER in entries:
+        return ""
+    report = out.parent / f"{out.name}_migration_report" / "report.json"  # output of a version without the marker
+    try:
+        import json
+
+        if Path(json.loads(report.read_text(encoding="utf-8")).get("output") or "").resolve() == out.resolve():
+            return ""
+    except (OSError, ValueError, AttributeError):
+        pass
+    shown = ", ".join(entries[:3]) + (", ..." if len(entries) > 3 else "")
+    return f"{len(entries)} {'entry' if len(entries) == 1 else 'entries'}: {shown}"
+
+
+def write_marker(out: Path, *, target: str, inputs: list[str]) -> None:
+    from ascendify import __version__
+
+    fileio.write_json(out / OUTPUT_MARKER, {"tool": f"ascendify {__version__}", "what": "ascendify migrate output",
+                                            "target": target, "inputs": inputs})
+
+
 def _copy(task: Task) -> None:
     if task.mode != "write" or task.dst is None:
         return
