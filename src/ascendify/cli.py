@@ -18,8 +18,8 @@ VERBS: dict[str, str] = {
     "demo": "ascendify.commands.demo",
     "doctor": "ascendify.commands.doctor",
     "migrate": "ascendify.commands.migrate",
-    "run": "ascendify.auto.command",
-    "emulate": "ascendify.emulator.command",
+    "run": "ascendify.commands.run",
+    "emulate": "ascendify.commands.emulate",
     "dump": "ascendify.commands.dump",
     "compare": "ascendify.commands.compare",
     "bench": "ascendify.commands.bench",
@@ -31,8 +31,8 @@ def _load(module: str):
     try:
         return importlib.import_module(module)
     except ModuleNotFoundError as e:
-        if e.name and e.name.startswith("ascendify"):
-            return None  # capability not built yet
+        if e.name and (e.name == module or module.startswith(e.name + ".")):
+            return None  # this verb's front-end is not built yet
         raise
 
 

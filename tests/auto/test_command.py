@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from ascendify.auto import command, launch
+from ascendify import program
+from ascendify.auto import launch
 from ascendify.cli import build_parser
 
 
@@ -16,14 +17,16 @@ def captured(monkeypatch):
         calls["target"] = target
         calls["enable"] = kw
 
-    def fake_run(path, module, args):
-        calls["program"] = (path, module, args)
+    def fake_run(prog):
+        calls["program"] = (prog.path, prog.module, prog.args)
+        calls["python_opts"] = prog.python_opts
         return 5
 
     monkeypatch.setattr(launch, "enable_for_process", fake_enable)
     monkeypatch.setattr(launch, "run_program", fake_run)
     monkeypatch.setattr(launch, "finish", lambda **kw: calls.setdefault("finish", kw))
-    monkeypatch.setattr(launch, "run_torchrun", lambda args, flags: calls.setdefault("torchrun", (args, flags)) and 0)
+    monkeypatch.setattr(launch, "run_torchrun",
+                        lambda prog, flags: calls.setdefault("torchrun", (prog.torchrun_args, flags)) and 0)
     monkeypatch.delenv("ASCENDIFY_TARGET", raising=False)
     return calls
 
@@ -43,6 +46,9 @@ def run(argv):
 def test_program_and_its_arguments(captured, argv, program, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "train.py").write_text("")
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("raise SystemExit('the check must not import the package')")
+    (tmp_path / "pkg" / "mod.py").write_text("")
     assert run(["--to", "cpu", *argv]) == 5
     assert captured["program"] == program
     assert captured["target"] == "cpu"
@@ -57,7 +63,17 @@ def test_target_from_environment(captured, tmp_path, monkeypatch):
     assert captured["target"] == "npu"
 
 
-def test_torchrun_forms_start_redirected_workers(captured, tmp_path):
+def test_interpreter_options_are_accepted(captured, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "t.py").write_text("")
+    assert run(["--to", "cpu", "python", "-u", "-W", "ignore", "t.py", "-u"]) == 5
+    assert captured["program"] == ("t.py", None, ["-u"])
+    assert captured["python_opts"] == ["-u", "-W", "ignore"]
+
+
+def test_torchrun_forms_start_redirected_workers(captured, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "t.py").write_text("")
     log = tmp_path / "r.json"
     assert run(["--to", "npu", "--strict", "--log", str(log), "torchrun", "--nproc-per-node", "2", "t.py", "x"]) == 0
     args, flags = captured["torchrun"]
@@ -74,9 +90,9 @@ def test_usage_errors(captured, capsys):
     assert run(["-m"]) == 2
     assert run(["nope.py"]) == 2
     err = capsys.readouterr().err
-    assert "give a script" in err and "-m needs a module" in err and "no such script: nope.py" in err
+    assert "give a program to run" in err and "-m needs a module" in err and "no such script: nope.py" in err
 
 
 def test_is_python():
-    assert all(command._is_python(w) for w in ("python", "python3", "python3.11", "/usr/bin/python3"))
-    assert not any(command._is_python(w) for w in ("train.py", "python3.py", "pythonic"))
+    assert all(program.is_python(w) for w in ("python", "python3", "python3.11", "/usr/bin/python3"))
+    assert not any(program.is_python(w) for w in ("train.py", "python3.py", "pythonic"))

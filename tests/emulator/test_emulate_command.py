@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ascendify.emulator.command import parse_program
+from ascendify.program import Program
 
 SCRIPT = Path(__file__).parent / "scripts" / "train_torch_npu.py"
 
@@ -76,4 +76,6 @@ def test_bad_usage(tmp_path):
     (["python", "-m", "torch.distributed.run", "t.py"], ("torchrun", None, ["t.py"])),
 ])
 def test_parse_program(tokens, expected):
-    assert parse_program(tokens) == expected
+    p = Program.parse(tokens, check=False)
+    assert (p.kind, p.path or p.module if p.kind != "torchrun" else None,
+            p.torchrun_args if p.kind == "torchrun" else p.args) == expected

@@ -82,7 +82,7 @@ def _imported_name(f) -> str | None:
 
 def _imported_by_main() -> bool:
     """True when ``__main__`` (the entry script) runs ``import ascendify.auto`` (or ``from ascendify.auto import``);
-    importing a submodule (``ascendify.auto.command``) does not count."""
+    importing a submodule (``ascendify.auto.launch``) does not count."""
     f = sys._getframe(2)
     while f is not None and f.f_code.co_filename.startswith("<frozen importlib"):
         f = f.f_back

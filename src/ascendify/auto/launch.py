@@ -14,11 +14,10 @@ from __future__ import annotations
 import atexit
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ascendify.scriptrun import relaunch_torchrun, run_as_main
-
-TORCHRUN_MODULES = ("torch.distributed.run", "torch.distributed.launch")
+if TYPE_CHECKING:
+    from ascendify.program import Program
 
 
 def enable_for_process(target: str, *, strict: bool, log: str | None, entry: str | None, quiet: bool,
@@ -77,10 +76,9 @@ def finish(*, log: str | None, quiet: bool) -> dict[str, Any] | None:
     return rep
 
 
-def run_program(path: str | None, module: str | None, args: list[str]) -> int:
-    """Run a script (``path``) or a module as ``__main__`` with ``args``; return its exit status."""
-    return run_as_main(path, module, args, run_script=_run_rewritten if _rewriting() else None,
-                       hide_frames_of=(__file__,))
+def run_program(prog: Program) -> int:
+    """Run a script or module (:class:`ascendify.program.Program`) as ``__main__``; return its exit status."""
+    return prog.run_in_process(run_script=_run_rewritten if _rewriting() else None, hide_frames_of=(__file__,))
 
 
 def _not_started(entry: str) -> bool:
@@ -121,12 +119,6 @@ def _run_rewritten(path: str) -> None:
             sys.modules["__main__"] = saved
 
 
-def is_torchrun(path: str | None, module: str | None) -> bool:
-    if module is not None:
-        return module in TORCHRUN_MODULES
-    return path is not None and os.path.basename(path) in ("torchrun", "torchrun.py")
-
-
-def run_torchrun(args: list[str], child_flags: list[str]) -> int:
-    """Parse torchrun's arguments and start each worker as ``python -m ascendify run FLAGS SCRIPT ARGS``."""
-    return relaunch_torchrun(args, ["run", *child_flags], who="ascendify run")
+def run_torchrun(prog: Program, child_flags: list[str]) -> int:
+    """Start each torchrun worker of ``prog`` as ``python -m ascendify run FLAGS SCRIPT ARGS``."""
+    return prog.relaunch_torchrun(["run", *child_flags], who="ascendify run")

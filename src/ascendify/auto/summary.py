@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
+from ascendify import program
 from ascendify.fileio import write_json
 
 MAX_ROWS = 25
@@ -61,20 +61,11 @@ def render(rep: dict[str, Any], file=None) -> None:
         console.print(table)
 
 
-def rank_suffixed(path: str) -> str:
-    """``run.json`` for rank 0 (or no distributed run), ``run.rank3.json`` for rank 3."""
-    rank = os.environ.get("RANK")
-    if not rank or rank == "0":
-        return path
-    root, ext = os.path.splitext(path)
-    return f"{root}.rank{rank}{ext or '.json'}"
-
-
 def is_rank_zero() -> bool:
-    return os.environ.get("RANK", "0") in ("", "0")
+    return program.is_rank_zero()
 
 
 def write_log(rep: dict[str, Any], path: str) -> str:
-    out = rank_suffixed(path)
+    out = program.rank_result_path(path)
     write_json(out, rep)
     return out

@@ -5,3 +5,30 @@ Each module exposes ``HELP`` (one line), optionally ``DESCRIPTION``, ``add_argum
 capability package itself (``ascendify --help`` and ``ascendify migrate`` run where torch is not installed).
 ``run`` imports the capability it drives.
 """
+
+from __future__ import annotations
+
+EXIT_NEEDS_PACKAGE = 3
+
+
+def requires(who: str, *modules: str) -> bool:
+    """True when every one of ``modules`` can be imported; otherwise say on stderr which are missing and that
+    ``who`` (``"ascendify run"``) needs them, and return False (the verb then returns ``EXIT_NEEDS_PACKAGE``).
+    Nothing is imported: the check only looks for the modules."""
+    import importlib.util
+    import sys
+
+    missing = []
+    for name in modules:
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            missing.append(name)
+    if missing:
+        names = " and ".join(missing)
+        hint = "PyTorch (pip install torch)" if missing == ["torch"] else names
+        print(f"{who}: this command needs {hint}; {names} cannot be imported in {sys.executable}",
+              file=sys.stderr)
+    return not missing

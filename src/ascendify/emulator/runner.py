@@ -3,22 +3,18 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
+from typing import TYPE_CHECKING
 
 from ascendify.fileio import write_atomic
-from ascendify.scriptrun import relaunch_torchrun, run_as_main
+from ascendify.program import is_rank_zero, rank_result_path
+
+if TYPE_CHECKING:
+    from ascendify.program import Program
 
 
-def _rank() -> int:
-    try:
-        return int(os.environ.get("RANK", "0"))
-    except ValueError:
-        return 0
-
-
-def run_emulated(kind: str, target: str, args: list[str], *, json_path: str | None, quiet: bool) -> int:
-    """Enable the emulator, run ``target`` as ``__main__``, report; returns the program's exit status."""
+def run_emulated(prog: Program, *, json_path: str | None, quiet: bool) -> int:
+    """Enable the emulator, run ``prog`` (a script or module) as ``__main__``, report; returns its exit status."""
     import ascendify.emulator as emu
 
     try:
@@ -26,17 +22,15 @@ def run_emulated(kind: str, target: str, args: list[str], *, json_path: str | No
     except (emu.EmulatorError, ValueError) as e:
         print(f"ascendify emulate: {e}", file=sys.stderr)
         return 3
-    code = run_as_main(None if kind == "module" else target, target if kind == "module" else None, args)
+    code = prog.run_in_process()
     try:
         rep = emu.report()
         rep["exit_code"] = code
-        rep["program"] = [target, *args]
-        rank = _rank()
+        rep["program"] = prog.argv
         if json_path:
-            path = json_path if rank == 0 else f"{json_path}.rank{rank}.json"
-            write_atomic(path, json.dumps(rep, indent=2, default=str) + "\n")
-        if not quiet and rank == 0:
-            from ascendify.emulator import summary
+            write_atomic(rank_result_path(json_path), json.dumps(rep, indent=2, default=str) + "\n")
+        if not quiet and is_rank_zero():
+            from ascendify.emulator.reporting import summary
 
             sys.stdout.flush()
             summary.render(rep)
@@ -45,7 +39,7 @@ def run_emulated(kind: str, target: str, args: list[str], *, json_path: str | No
     return code
 
 
-def run_torchrun(args: list[str], *, json_path: str | None, quiet: bool) -> int:
+def run_torchrun(prog: Program, *, json_path: str | None, quiet: bool) -> int:
     """Start every torchrun worker as ``python -m ascendify emulate [flags] -- SCRIPT ARGS``."""
     flags = (["--json", json_path] if json_path else []) + (["-q"] if quiet else [])
-    return relaunch_torchrun(args, ["emulate", *flags, "--"], who="ascendify emulate")
+    return prog.relaunch_torchrun(["emulate", *flags, "--"], who="ascendify emulate")

@@ -1,4 +1,7 @@
-"""``ascendify run``: run an unmodified CUDA program with its CUDA calls redirected (no torch import here)."""
+"""``ascendify run``: run an unmodified CUDA program with its CUDA calls redirected (no torch import here).
+
+The program line is parsed by :mod:`ascendify.program`; the work is in :mod:`ascendify.auto.launch`.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ and CUDA device values that could not be mapped.
 
 examples:
   ascendify run --to cpu train.py --epochs 1          # a CUDA-only script on a laptop
+  ascendify run --to cpu -- python -u train.py        # "python [options]" may be given; -u, -W, -B apply
   ascendify run --to npu -m mypkg.train --lr 0.1      # a module, on the NPU (emulated when there is none)
   ascendify run --to npu torchrun --nproc-per-node 2 train.py   # every torchrun worker redirected
   ascendify run --log run.json --strict train.py      # JSON report; unsupported calls raise at the call
@@ -31,55 +35,46 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "CUDA (nothing to do), XPU, MPS, CPU)")
     p.add_argument("--strict", action="store_true",
                    help="raise at the call for unsupported APIs (annotations included) and unmappable devices")
-    p.add_argument("--log", metavar="FILE", help="write the run report as JSON (ranks > 0: FILE.rankN.json)")
+    p.add_argument("--log", metavar="FILE", help="write the run report as JSON (rank N > 0: NAME.rankN.json)")
     p.add_argument("-q", "--quiet", action="store_true", help="no summary at exit")
     p.add_argument("--no-rewrite-checks", dest="rewrite_checks", action="store_false",
                    help="do not compile your own files with `x.type == \"cuda\"` / `get_backend() == \"nccl\"` "
                         "testing for the target (default: they are, in memory; see docs/auto.md)")
     p.add_argument("-m", dest="module_args", nargs=argparse.REMAINDER, metavar="MODULE ...",
                    help="run a library module as a script (like python -m); everything after it is its arguments")
-    p.add_argument("program", nargs=argparse.REMAINDER, metavar="SCRIPT [ARGS]", help="the script and its arguments")
+    p.add_argument("program", nargs=argparse.REMAINDER, metavar="PROGRAM",
+                   help="SCRIPT ARGS | python [OPTS] SCRIPT ARGS | python -m MODULE ARGS | torchrun [OPTS] SCRIPT ARGS")
 
 
 def run(args: argparse.Namespace) -> int:
-    module = None
-    rest = list(args.program or [])
-    if rest and rest[0] == "--":
-        rest = rest[1:]
-    if rest and _is_python(rest[0]):  # `ascendify run python train.py`: the interpreter is this one
-        rest = rest[1:]
-        if rest and rest[0] == "-m":
-            args.module_args, rest = rest[1:], []
-    if args.module_args is not None:
-        if not args.module_args:
-            print("ascendify run: -m needs a module name", file=sys.stderr)
-            return 2
-        module, rest = args.module_args[0], args.module_args[1:]
-        path = None
-    else:
-        if not rest:
-            print("ascendify run: give a script (or -m MODULE) to run", file=sys.stderr)
-            return 2
-        path, rest = rest[0], rest[1:]
-        if os.path.basename(path) not in ("torchrun",) and not os.path.isfile(path):
-            print(f"ascendify run: no such script: {path}", file=sys.stderr)
-            return 2
+    from ascendify.commands import EXIT_NEEDS_PACKAGE, requires
+
+    if not requires("ascendify run", "torch"):
+        return EXIT_NEEDS_PACKAGE
+    from ascendify.program import Program, ProgramError
+
+    tokens = ["-m", *args.module_args] if args.module_args is not None else list(args.program or [])
+    try:
+        prog = Program.parse(tokens)
+    except ProgramError as e:
+        print(f"ascendify run: {e}", file=sys.stderr)
+        return 2
 
     target = args.to or os.environ.get("ASCENDIFY_TARGET") or "auto"
     from ascendify.auto import launch
 
-    if launch.is_torchrun(path, module):
+    if prog.kind == "torchrun":
         flags = ["--to", target] + (["--strict"] if args.strict else []) + (["--quiet"] if args.quiet else [])
         flags += [] if args.rewrite_checks else ["--no-rewrite-checks"]
         if args.log:
             flags += ["--log", os.path.abspath(args.log)]
-        return launch.run_torchrun(rest, flags)
+        return launch.run_torchrun(prog, flags)
 
     from ascendify.auto.target import TargetError
 
     os.environ["ASCENDIFY_TARGET"] = target  # children that `import ascendify.auto` follow the same target
     try:
-        launch.enable_for_process(target, strict=args.strict, log=args.log, entry=path, quiet=args.quiet,
+        launch.enable_for_process(target, strict=args.strict, log=args.log, entry=prog.path, quiet=args.quiet,
                                   at_exit=False, rewrite_checks=args.rewrite_checks)
     except TargetError as e:
         print(f"ascendify run: {e}", file=sys.stderr)
@@ -87,19 +82,12 @@ def run(args: argparse.Namespace) -> int:
     except Exception as e:  # e.g. the emulator refused to start: say so, no traceback of ours
         print(f"ascendify run: cannot redirect to {target}: {e.__class__.__name__}: {e}", file=sys.stderr)
         return 2
-    if module is not None and not args.rewrite_checks:
-        _scan_module(module)
+    if prog.module is not None and not args.rewrite_checks:
+        _scan_module(prog.module)
     try:
-        return launch.run_program(path, module, rest)
+        return launch.run_program(prog)
     finally:
         launch.finish(log=args.log, quiet=args.quiet)
-
-
-def _is_python(word: str) -> bool:
-    """``python``, ``python3``, ``python3.11`` or this interpreter's path."""
-    base = os.path.basename(word)
-    return word == sys.executable or base == "python" or (base.startswith("python3") and "." not in base[8:]
-                                                          and not base.endswith(".py"))
 
 
 def _scan_module(module: str) -> None:

@@ -1,4 +1,7 @@
-"""``ascendify emulate``: run a torch_npu program on the emulated ``npu`` device (no torch import here)."""
+"""``ascendify emulate``: run a torch_npu program on the emulated ``npu`` device (no torch import here).
+
+The program line is parsed by :mod:`ascendify.program`; the work is in :mod:`ascendify.emulator.runner`.
+"""
 
 from __future__ import annotations
 
@@ -23,8 +26,6 @@ Settings also come from the environment (ASCENDIFY_EMULATE_FIDELITY, _FLOAT64, _
 _DEVICES; TORCH_NPU_FALLBACK_CPU_DISABLE=1 means --fidelity error). Details: docs/emulator.md.
 """
 
-_PYTHONS = ("python", "python3", "python3.11", "python3.12", "python3.13")
-
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fidelity", choices=("warn", "error"), help="ops with no NPU kernel / unsupported APIs")
@@ -32,12 +33,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fp16-overflow", choices=("off", "warn", "error"), help="check fp16/bf16 results for inf/nan")
     p.add_argument("--memory", metavar="SIZE", help="emulated device memory, e.g. 16G (default 64G)")
     p.add_argument("--devices", type=int, metavar="N", help="number of emulated devices (default 8)")
-    p.add_argument("--json", metavar="FILE", help="write the summary as JSON (ranks > 0: FILE.rankN.json)")
+    p.add_argument("--json", metavar="FILE", help="write the summary as JSON (rank N > 0: NAME.rankN.json)")
     p.add_argument("-q", "--quiet", action="store_true", help="no summary table at exit")
     p.add_argument("-m", dest="module_args", nargs=argparse.REMAINDER, metavar="MODULE ...",
                    help="run a library module as a script (like python -m); what follows are its arguments")
-    p.add_argument("program", nargs=argparse.REMAINDER, metavar="[python] SCRIPT|-m MODULE [ARGS]",
-                   help="the program and its arguments (after --)")
+    p.add_argument("program", nargs=argparse.REMAINDER, metavar="PROGRAM",
+                   help="SCRIPT ARGS | python [OPTS] SCRIPT ARGS | python -m MODULE ARGS | torchrun [OPTS] SCRIPT ARGS")
 
 
 def _settings_env(args: argparse.Namespace) -> dict[str, str]:
@@ -50,48 +51,23 @@ def _settings_env(args: argparse.Namespace) -> dict[str, str]:
     return env
 
 
-def parse_program(tokens: list[str]) -> tuple[str, str | None, list[str]]:
-    """``[python] script args`` / ``[python] -m mod args`` / ``torchrun ...`` -> (kind, target, args).
-
-    >>> parse_program(["--", "python", "-m", "pkg.train", "--lr", "1"])
-    ('module', 'pkg.train', ['--lr', '1'])
-    >>> parse_program(["train.py", "-x"])
-    ('script', 'train.py', ['-x'])
-    """
-    rest = list(tokens)
-    if rest and rest[0] == "--":
-        rest = rest[1:]
-    if rest and (os.path.basename(rest[0]) in _PYTHONS or rest[0] == sys.executable):
-        rest = rest[1:]
-        while rest and rest[0] in ("-u", "-B", "-O"):
-            rest = rest[1:]
-    if not rest:
-        raise ValueError("give a program to run: ascendify emulate -- python train.py ARGS")
-    if rest[0] == "-m":
-        if len(rest) < 2:
-            raise ValueError("-m needs a module name")
-        if rest[1] in ("torch.distributed.run", "torch.distributed.launch"):
-            return "torchrun", None, rest[2:]
-        return "module", rest[1], rest[2:]
-    if os.path.basename(rest[0]) in ("torchrun", "torchrun.py"):
-        return "torchrun", None, rest[1:]
-    return "script", rest[0], rest[1:]
-
-
 def run(args: argparse.Namespace) -> int:
+    from ascendify.commands import EXIT_NEEDS_PACKAGE, requires
+
+    if not requires("ascendify emulate", "torch"):
+        return EXIT_NEEDS_PACKAGE
+    from ascendify.program import Program, ProgramError
+
+    tokens = ["-m", *args.module_args] if args.module_args is not None else list(args.program or [])
     try:
-        tokens = ["-m", *args.module_args] if args.module_args is not None else list(args.program or [])
-        kind, target, rest = parse_program(tokens)
-    except ValueError as e:
+        prog = Program.parse(tokens)
+    except ProgramError as e:
         print(f"ascendify emulate: {e}", file=sys.stderr)
-        return 2
-    if kind == "script" and not os.path.isfile(target):
-        print(f"ascendify emulate: no such script: {target}", file=sys.stderr)
         return 2
     os.environ.update(_settings_env(args))
     os.environ["ASCENDIFY_EMULATE"] = "npu"
     from ascendify.emulator import runner
 
-    if kind == "torchrun":
-        return runner.run_torchrun(rest, json_path=args.json, quiet=args.quiet)
-    return runner.run_emulated(kind, target, rest, json_path=args.json, quiet=args.quiet)
+    if prog.kind == "torchrun":
+        return runner.run_torchrun(prog, json_path=args.json, quiet=args.quiet)
+    return runner.run_emulated(prog, json_path=args.json, quiet=args.quiet)
