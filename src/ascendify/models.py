@@ -354,7 +354,8 @@ def _build_from_factory(spec: str, **kwargs):
     except (TypeError, ValueError):
         accepted = {}
     model = factory(**accepted)
-    kwargs = {k: v for k, v in kwargs.items() if k in accepted}  # only what the factory was told
+    if "num_classes" not in accepted:
+        kwargs["num_classes"] = None  # the factory chose its own class count: example_batch stays below 2
     if not isinstance(model, nn.Module):
         raise ModelError(f"{spec}: {factory_name}() returned {type(model).__name__}, expected a torch.nn.Module")
     model.ascendify_name = getattr(model, "ascendify_name", f"{path.name}:{factory_name}")
