@@ -1,0 +1,625 @@
+"""Lockstep comparison: run the golden and the target model in one process with the same weights, and measure
+each target call's *own* error by feeding it the golden inputs.
+
+``compare_models(golden, target, *inputs, ...)`` does, in order:
+
+1. **weights**: copy the golden weights into the target (by ``state_dict`` name; when names differ, a renamed
+   or wrapped class, by parameter order and shape);
+2. **golden run**: golden on ``golden_device``/``golden_dtype``; hooks record every module call's (and with
+   ``level="mix"`` every torch API call's) inputs and outputs (cloned: later in-place ops cannot change them);
+3. **target run**: target on ``target_device``/``target_dtype`` under ``target_autocast``, recorded the same way;
+4. **matching**: golden calls to target calls by module path, call order, class and shapes (``matching``);
+5. **local error** (the *device check*): every matched target call is run again, hooks off, on the golden
+   inputs (moved to the target device, cast to the dtypes the target call really received, under the same
+   autocast) and compared with the golden output, against the limit for the dtype it computed in
+   (``thresholds``): the error it adds itself, without what it inherited;
+6. **code check**: a copy of the target model in the *golden* setting (golden device and dtype, no autocast) is
+   fed the same golden inputs: a difference there is a difference in the code (an activation approximation,
+   an epsilon, a scale, a permutation, an explicit cast), measured at fp32 precision even when the target runs
+   in bf16, where rounding would hide it;
+7. **first divergence**: the first flagged call in execution order with no flagged descendant (``divergence``).
+
+Modules with state (BatchNorm running statistics) keep it: both models run in ``eval()`` mode by default and
+buffers are restored after each re-run. Memory is O(activations): lockstep keeps every call's inputs and
+outputs, so give it one small batch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import os
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch.utils._pytree import tree_flatten, tree_map
+
+from ascendify.precision import matching, metrics, thresholds
+from ascendify.precision.divergence import ComparisonResult, NodeResult
+
+LEVELS = ("module", "mix")
+
+_TORCH_DIR = os.path.dirname(torch.__file__)
+_OUR_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# torch functions never recorded at API level: metadata, no arithmetic
+_SKIP_API = {
+    "size",
+    "dim",
+    "numel",
+    "is_floating_point",
+    "is_complex",
+    "element_size",
+    "stride",
+    "storage_offset",
+    "is_contiguous",
+    "data_ptr",
+    "__len__",
+    "__iter__",
+    "__format__",
+    "__repr__",
+    "__bool__",
+    "__index__",
+    "__int__",
+    "__float__",
+    "__hash__",
+    "__eq__",
+    "item",
+    "tolist",
+    "__get__",
+    "__set__",
+    "requires_grad_",
+    "has_names",
+    "get_device",
+    "detach",
+    "clone",
+    "contiguous",
+}
+
+
+@dataclass
+class _Call:
+    kind: str  # "module" | "api"
+    path: str  # module path, or API name
+    owner: str | None  # enclosing module path (api calls)
+    class_name: str | None
+    depth: int
+    parent: int | None
+    call_index: int
+    module: Any = None  # nn.Module, or the API callable
+    args: tuple = ()
+    kwargs: dict = field(default_factory=dict)
+    out: Any = None
+    source: str | None = None
+    defined_at: str | None = None
+
+    def key(self) -> matching.CallKey:
+        own = ()
+        if self.kind == "module":
+            own = tuple(tuple(p.shape) for p in self.module.parameters(recurse=False))
+        return matching.CallKey(
+            path=self.path,
+            kind=self.kind,
+            class_name=self.class_name,
+            in_shapes=_shapes((self.args, self.kwargs)),
+            out_shapes=_shapes(self.out),
+            own_params=own,
+            call_index=self.call_index,
+            owner=self.owner,
+            depth=self.depth,
+        )
+
+    @property
+    def display(self) -> str:
+        if self.kind == "module":
+            return f"{self.path or '(root)'} ({self.class_name})" + (f" #{self.call_index}" if self.call_index else "")
+        return f"{self.path} in {self.owner or '(root)'}" + f" #{self.call_index}"
+
+
+def _tensors(obj) -> list[torch.Tensor]:
+    return [x for x in tree_flatten(obj)[0] if isinstance(x, torch.Tensor)]
+
+
+def _shapes(obj) -> tuple:
+    return tuple(tuple(t.shape) for t in _tensors(obj))
+
+
+def _clone(obj):
+    return tree_map(lambda x: x.detach().clone() if isinstance(x, torch.Tensor) else x, obj)
+
+
+def _short(path: str) -> str:
+    try:
+        rel = os.path.relpath(path)
+        return rel if not rel.startswith("..") else path
+    except ValueError:
+        return path
+
+
+def _call_site() -> str | None:
+    """``file:line`` of the first frame outside torch and ascendify.precision (the user's call)."""
+    f = sys._getframe(2)
+    while f is not None:
+        fn = f.f_code.co_filename
+        if not (fn.startswith(_TORCH_DIR) or fn.startswith(os.path.join(_OUR_DIR, "precision")) or fn == "<string>"):
+            return f"{_short(fn)}:{f.f_lineno}"
+        f = f.f_back
+    return None
+
+
+def _defined_at(module) -> str | None:
+    fwd = getattr(type(module), "forward", None)
+    code = getattr(fwd, "__code__", None)
+    if code is None or code.co_filename.startswith(_TORCH_DIR):
+        return None
+    return f"{_short(code.co_filename)}:{code.co_firstlineno}"
+
+
+def _api_name(func) -> str:
+    mod = getattr(func, "__module__", None) or ""
+    name = getattr(func, "__name__", None) or repr(func)
+    qual = getattr(func, "__qualname__", name)
+    if mod.startswith("torch.nn.functional") or mod == "torch.nn.functional":
+        return f"torch.nn.functional.{name}"
+    if qual.startswith("TensorBase.") or qual.startswith("Tensor."):
+        return "Tensor." + qual.split(".", 1)[1]
+    if mod in ("torch", "torch._C._VariableFunctions", "") or mod.startswith("torch._C"):
+        return f"torch.{name}"
+    return f"{mod}.{name}"
+
+
+class _Recorder:
+    """Hooks that record every module call (and, at ``mix`` level, every torch API call) of one run."""
+
+    def __init__(self, model: torch.nn.Module, level: str):
+        self.model = model
+        self.level = level
+        self.calls: list[_Call] = []
+        self.stack: list[int] = []
+        self.counts: dict[str, int] = {}
+        self.paths = {m: n for n, m in model.named_modules(remove_duplicate=False)}
+        self.handles: list = []
+
+    def _pre(self, module, args, kwargs):
+        path = self.paths.get(module, "?")
+        n = self.counts.get(path, 0)
+        self.counts[path] = n + 1
+        parent = self.stack[-1] if self.stack else None
+        self.calls.append(
+            _Call(
+                kind="module",
+                path=path,
+                owner=self.calls[parent].path if parent is not None else None,
+                class_name=type(module).__name__,
+                depth=len(self.stack),
+                parent=parent,
+                call_index=n,
+                module=module,
+                args=_clone(args),
+                kwargs=_clone(kwargs),
+                source=_call_site(),
+                defined_at=_defined_at(module),
+            )
+        )
+        self.stack.append(len(self.calls) - 1)
+
+    def _post(self, module, args, kwargs, output):
+        if self.stack:
+            self.calls[self.stack.pop()].out = _clone(output)
+
+    def record_api(self, func, args, kwargs, out):
+        name = _api_name(func)
+        owner_i = self.stack[-1] if self.stack else None
+        owner = self.calls[owner_i].path if owner_i is not None else None
+        key = f"{owner}|{name}"
+        n = self.counts.get(key, 0)
+        self.counts[key] = n + 1
+        self.calls.append(
+            _Call(
+                kind="api",
+                path=name,
+                owner=owner,
+                class_name=None,
+                depth=len(self.stack),
+                parent=owner_i,
+                call_index=n,
+                module=func,
+                args=_clone(args),
+                kwargs=_clone(kwargs),
+                out=_clone(out),
+                source=_call_site(),
+            )
+        )
+
+    @contextlib.contextmanager
+    def active(self):
+        seen = set()
+        for m in self.paths:
+            if id(m) in seen:
+                continue
+            seen.add(id(m))
+            self.handles.append(m.register_forward_pre_hook(self._pre, with_kwargs=True))
+            self.handles.append(m.register_forward_hook(self._post, with_kwargs=True))
+        mode = _ApiMode(self) if self.level == "mix" else contextlib.nullcontext()
+        try:
+            with mode:
+                yield self
+        finally:
+            for h in self.handles:
+                h.remove()
+            self.handles.clear()
+
+
+class _ApiMode(torch.overrides.TorchFunctionMode):
+    """Records torch API calls that produce floating tensors (nested calls inside one are not recorded)."""
+
+    def __init__(self, recorder: _Recorder):
+        super().__init__()
+        self.rec = recorder
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        name = getattr(func, "__name__", "")
+        if name in _SKIP_API or not self.rec.stack:
+            return out
+        if not any(t.is_floating_point() for t in _tensors(out)):
+            return out
+        if not any(isinstance(t, torch.Tensor) for t in tree_flatten((args, kwargs))[0]):
+            return out  # factories (torch.arange, torch.ones): nothing to feed golden inputs to
+        self.rec.record_api(func, args, kwargs, out)
+        return out
+
+
+def copy_weights(src: torch.nn.Module, dst: torch.nn.Module) -> str:
+    """Copy ``src``'s parameters and buffers into ``dst``: by ``state_dict`` name when the names and shapes agree,
+    else by order and shape (renamed attributes, wrapper levels). Returns how (``"by name"``/``"by order"``);
+    raises ``ValueError`` naming the first entry that fits nowhere."""
+    ss, ds = src.state_dict(), dst.state_dict()
+    if ss.keys() == ds.keys() and all(ss[k].shape == ds[k].shape for k in ss):
+        with torch.no_grad():
+            for k in ds:
+                ds[k].copy_(ss[k])
+        return "by name"
+    sv, dv = list(ss.items()), list(ds.items())
+    if len(sv) != len(dv):
+        # buffers such as num_batches_tracked may differ in count: fall back to parameters only
+        sv = [(n, p.data) for n, p in src.named_parameters(remove_duplicate=False)]
+        dv = [(n, p.data) for n, p in dst.named_parameters(remove_duplicate=False)]
+    if len(sv) != len(dv):
+        raise ValueError(f"cannot copy weights: golden has {len(sv)} tensors, target {len(dv)} (different models?)")
+    with torch.no_grad():
+        for (sn, s), (dn, d) in zip(sv, dv, strict=False):
+            if s.shape != d.shape:
+                raise ValueError(
+                    f"cannot copy weights: golden {sn} {tuple(s.shape)} vs target {dn} {tuple(d.shape)} "
+                    "(different models, or parameters created in a different order)"
+                )
+            d.copy_(s)
+    return "by order"
+
+
+def _reduction_length(module) -> int | None:
+    """Longest dot product inside a module: the largest fan-in of any weight of two or more dimensions."""
+    k = 0
+    for p in module.parameters():
+        if p.dim() >= 2:
+            k = max(k, p[0].numel())
+    return k or None
+
+
+def _float_dtypes(obj) -> list[str]:
+    return [str(t.dtype) for t in _tensors(obj) if t.is_floating_point()]
+
+
+def _convert_like(golden_obj, like_obj, device, default_dtype):
+    """Golden inputs moved to ``device``; floating tensors cast to the dtype of the target's tensor at the same
+    position (the dtype the target call really received), or ``default_dtype``."""
+    like = _tensors(like_obj)
+    flat, spec = tree_flatten(golden_obj)
+    it = iter(like)
+    same_count = len(_tensors(golden_obj)) == len(like)
+    out = []
+    for x in flat:
+        if isinstance(x, torch.Tensor):
+            ref = next(it, None) if same_count else None
+            dt = None
+            if x.is_floating_point():
+                dt = ref.dtype if ref is not None and ref.is_floating_point() else default_dtype
+            x = x.detach().clone().to(device=device, dtype=dt) if dt else x.detach().clone().to(device)
+        out.append(x)
+    from torch.utils._pytree import tree_unflatten
+
+    return tree_unflatten(out, spec)
+
+
+def _rerun(call: _Call, module, args, kwargs, ctx):
+    """Run one module (or API) again, hooks off, with its buffers restored afterwards."""
+    if call.kind == "api":
+        with torch.no_grad(), ctx:
+            return call.module(*args, **kwargs)
+    bufs = [(b, b.detach().clone()) for b in module.buffers()]
+    try:
+        with torch.no_grad(), ctx:
+            return module(*args, **kwargs)
+    finally:
+        with torch.no_grad():
+            for b, saved in bufs:
+                b.copy_(saved)
+
+
+def _compare_outputs(actual, expected, dtype: str | None) -> dict[str, Any]:
+    """Metrics of the worst-matching output tensor (largest relative L2), with the output count."""
+    a, e = _tensors(actual), _tensors(expected)
+    if len(a) != len(e):
+        return {"output_count_mismatch": [len(a), len(e)], "rel_l2": float("inf"), "cosine": 0.0}
+    worst: dict[str, Any] | None = None
+    for x, y in zip(a, e, strict=False):
+        m = metrics.tensor_metrics(x, y, dtype)
+        if m.get("shape_mismatch"):
+            return m
+        if worst is None or m.get("rel_l2", 0.0) > worst.get("rel_l2", 0.0):
+            worst = m
+    out = worst or {"rel_l2": 0.0, "cosine": 1.0}
+    out["outputs"] = len(a)
+    return out
+
+
+def _device_type(device) -> str:
+    return torch.device(device).type
+
+
+def _module_at(model: torch.nn.Module, path: str):
+    try:
+        return model.get_submodule(path) if path else model
+    except AttributeError:
+        return None
+
+
+def compare_models(
+    golden: torch.nn.Module,
+    target: torch.nn.Module,
+    *inputs,
+    golden_device: str | torch.device = "cpu",
+    golden_dtype: torch.dtype = torch.float32,
+    target_device: str | torch.device | None = None,
+    target_dtype: torch.dtype | None = None,
+    target_autocast: torch.dtype | None = None,
+    level: str = "module",
+    kwargs: dict | None = None,
+    copy_golden_weights: bool = True,
+    code_check: bool = True,
+    eval_mode: bool = True,
+    tolerance: float = 1.0,
+) -> ComparisonResult:
+    """Compare ``target`` against ``golden`` call by call on ``inputs`` (see the module docstring).
+
+    ``target_device`` defaults to ``golden_device``; ``target_dtype`` casts the target's floating parameters and
+    inputs (default: as golden); ``target_autocast`` (``torch.bfloat16``/``torch.float16``) runs the target
+    under ``torch.autocast(target device type, dtype)``; ``level`` is ``"module"`` (module calls) or ``"mix"``
+    (module calls and the torch API calls inside them). ``tolerance`` multiplies every limit. The models are
+    moved to their devices and put in eval mode (their training flags are restored); ``golden`` and ``target``
+    may be the same object (the target is then a copy). Returns a ``ComparisonResult``."""
+    if level not in LEVELS:
+        raise ValueError(f"level must be one of {', '.join(LEVELS)}, not {level!r}")
+    kwargs = kwargs or {}
+    target_device = target_device if target_device is not None else golden_device
+    if target is golden:
+        target = copy.deepcopy(golden)
+    modes = (golden.training, target.training)
+    try:
+        if eval_mode:
+            golden.eval()
+            target.eval()
+        golden.to(device=golden_device, dtype=golden_dtype)
+        how = "not copied"
+        if copy_golden_weights:
+            target.to(device=golden_device, dtype=golden_dtype)
+            how = copy_weights(golden, target)
+        ref = None
+        code_note = None
+        if code_check:
+            try:
+                ref = copy.deepcopy(target).to(device=golden_device, dtype=golden_dtype)
+            except Exception as e:  # a target that cannot live in the golden setting: skip the code check
+                code_note = f"code check skipped: the target cannot run on {golden_device}: {e}"
+        target.to(device=target_device)
+        if target_dtype is not None:
+            target.to(dtype=target_dtype)
+
+        g_in = _convert_like(inputs, inputs, golden_device, golden_dtype)
+        g_kw = _convert_like(kwargs, kwargs, golden_device, golden_dtype)
+        t_in = _convert_like(inputs, inputs, target_device, target_dtype or golden_dtype)
+        t_kw = _convert_like(kwargs, kwargs, target_device, target_dtype or golden_dtype)
+        if target_dtype is None:  # keep the inputs' own dtypes for the target
+            t_in = tree_map(lambda x: x.to(target_device) if isinstance(x, torch.Tensor) else x, g_in)
+            t_kw = tree_map(lambda x: x.to(target_device) if isinstance(x, torch.Tensor) else x, g_kw)
+
+        def t_ctx():
+            if target_autocast is None:
+                return contextlib.nullcontext()
+            return torch.autocast(device_type=_device_type(target_device), dtype=target_autocast)
+
+        with torch.no_grad():
+            with _Recorder(golden, level).active() as grec:
+                g_out = golden(*g_in, **g_kw)
+            with _Recorder(target, level).active() as trec, t_ctx():
+                t_out = target(*t_in, **t_kw)
+
+        gk = [c.key() for c in grec.calls]
+        tk = [c.key() for c in trec.calls]
+        m = matching.match_calls(gk, tk)
+        t2g = m.target_to_golden()
+        aliased = _alias_wrappers(trec.calls, tk, t2g)
+        ac = str(target_autocast) if target_autocast is not None else None
+        gdt = str(golden_dtype)
+
+        leaves = _leaf_counts(trec.calls)
+        nodes: list[NodeResult] = []
+        for ti, tc in enumerate(trec.calls):
+            node = NodeResult(
+                name=tc.display,
+                kind=tc.kind,
+                module=tc.path if tc.kind == "module" else tc.owner,
+                api=tc.path if tc.kind == "api" else None,
+                class_name=tc.class_name,
+                order=ti,
+                depth=tc.depth,
+                parent=tc.parent,
+                source=tc.source,
+                defined_at=tc.defined_at,
+            )
+            nodes.append(node)
+            gi = t2g.get(ti)
+            if gi is None:
+                node.note = matching.explain_unmatched(tk, ti, "target")
+                continue
+            gc = grec.calls[gi]
+            node.golden_name = gc.display
+            if ti in aliased:
+                node.note = f"wrapper level: compared with golden {gc.display}"
+            tmod = tc.module
+            red = _reduction_length(tmod) if tc.kind == "module" else None
+            cdt = thresholds.compute_dtype(_float_dtypes((tc.args, tc.kwargs, tc.out)), ac)
+            spread = max(1.0, (leaves[ti] / 4.0) ** 0.5)
+            lim = thresholds.limit(cdt, red, scale=tolerance * spread)
+            node.compute_dtype = cdt
+            node.limit = lim.rel_l2
+            node.total = _compare_outputs(tc.out, gc.out, cdt)
+            node.inputs = _compare_outputs((tc.args, tc.kwargs), (gc.args, gc.kwargs), cdt)
+            # device check: the target call on golden inputs, in the target setting
+            try:
+                a = _convert_like(gc.args, tc.args, target_device, target_dtype)
+                k = _convert_like(gc.kwargs, tc.kwargs, target_device, target_dtype)
+                node.local = _compare_outputs(_rerun(tc, tmod, a, k, t_ctx()), gc.out, cdt)
+            except Exception as e:  # the call does not accept the golden inputs: report, do not guess
+                node.local = {}
+                node.reasons.append(f"could not re-run on golden inputs: {type(e).__name__}: {e}")
+            # code check: the target's code in the golden setting
+            if ref is not None:
+                rmod = _module_at(ref, tc.path) if tc.kind == "module" else tc.module
+                if rmod is not None:
+                    try:
+                        glim = thresholds.limit(gdt, red, scale=tolerance * spread)
+                        node.code_limit = glim.rel_l2
+                        out = _rerun(tc, rmod, _clone(gc.args), _clone(gc.kwargs), contextlib.nullcontext())
+                        node.code = _compare_outputs(out, gc.out, gdt)
+                    except Exception as e:
+                        node.code = None
+                        node.note = f"code check failed: {type(e).__name__}: {e}"
+            _judge(node, tc, gc)
+
+        result = ComparisonResult(
+            mode="lockstep",
+            golden=f"{type(golden).__name__} on {golden_device} ({gdt})",
+            target=(
+                f"{type(target).__name__} on {target_device}"
+                + (f" ({target_dtype})" if target_dtype else "")
+                + (f" under {ac} autocast" if ac else "")
+            ),
+            nodes=nodes,
+            unmatched_golden=[
+                {"name": grec.calls[i].display, "reason": matching.explain_unmatched(gk, i, "golden")}
+                for i in m.unmatched_golden
+            ],
+            unmatched_target=[
+                {"name": trec.calls[i].display, "reason": nodes[i].note} for i in m.unmatched_target if i not in aliased
+            ],
+            end_to_end=_compare_outputs(t_out, g_out, thresholds.compute_dtype(_float_dtypes(t_out), ac)),
+            meta={
+                "level": level,
+                "golden_device": str(golden_device),
+                "golden_dtype": gdt,
+                "target_device": str(target_device),
+                "target_dtype": str(target_dtype) if target_dtype else None,
+                "target_autocast": ac,
+                "weights": how,
+                "code_check": ref is not None,
+                "code_check_note": code_note,
+                "tolerance": tolerance,
+                "golden_calls": len(grec.calls),
+                "target_calls": len(trec.calls),
+                "torch": torch.__version__,
+            },
+        )
+        return result
+    finally:
+        golden.train(modes[0])
+        target.train(modes[1])
+
+
+def _leaf_counts(calls: list[_Call]) -> list[int]:
+    """For each call, how many leaf calls (calls with no recorded children) ran inside it (1 for a leaf): the
+    number of independently rounded operations whose errors add up in a composite module's local error."""
+    kids = [0] * len(calls)
+    for c in calls:
+        if c.parent is not None:
+            kids[c.parent] += 1
+    counts = [1 if k == 0 else 0 for k in kids]
+    for i in range(len(calls) - 1, -1, -1):
+        p = calls[i].parent
+        if p is not None:
+            counts[p] += counts[i]
+    return counts
+
+
+def _alias_wrappers(calls: list[_Call], keys: list[matching.CallKey], t2g: dict[int, int]) -> set[int]:
+    """Give unmatched wrapper levels the golden counterpart of the call they wrap (or that wraps them): a module
+    whose only child has its inputs and outputs stands for the same golden call. Updates ``t2g``; returns the
+    aliased target indices."""
+    children: dict[int, list[int]] = {}
+    for i, c in enumerate(calls):
+        if c.parent is not None and c.kind == "module":
+            children.setdefault(c.parent, []).append(i)
+    same = lambda a, b: keys[a].in_shapes == keys[b].in_shapes and keys[a].out_shapes == keys[b].out_shapes  # noqa: E731
+    aliased: set[int] = set()
+    changed = True
+    while changed:
+        changed = False
+        for i, c in enumerate(calls):
+            if i in t2g or c.kind != "module":
+                continue
+            kids = children.get(i, [])
+            p = c.parent
+            if len(kids) == 1 and kids[0] in t2g and same(i, kids[0]):
+                t2g[i] = t2g[kids[0]]
+            elif p is not None and p in t2g and children.get(p) == [i] and same(i, p):
+                t2g[i] = t2g[p]
+            else:
+                continue
+            aliased.add(i)
+            changed = True
+    return aliased
+
+
+def _judge(node: NodeResult, tc: _Call, gc: _Call) -> None:
+    """Set ``node.flagged``/``reasons`` from its metrics (local error, code check, metadata)."""
+    loc = node.local or {}
+    if loc.get("shape_mismatch") or node.total.get("shape_mismatch"):
+        node.reasons.append(f"output shape {node.total.get('shape', ['?', '?'])[0]} vs golden {node.total.get('shape')[1]}")
+    elif loc.get("output_count_mismatch"):
+        node.reasons.append(f"{loc['output_count_mismatch'][0]} outputs vs golden {loc['output_count_mismatch'][1]}")
+    else:
+        le = loc.get("rel_l2")
+        if le is not None and node.limit is not None and le > node.limit:
+            node.reasons.append(
+                f"local error {le:.2e} > limit {node.limit:.1e} for {node.compute_dtype} (cosine {loc.get('cosine', 1):.6f})"
+            )
+        ni = loc.get("nan_inf") or {}
+        if ni and not ni.get("agree", True):
+            node.reasons.append(f"NaN/Inf differ from golden (nan {ni['nan']}, inf {ni['inf']})")
+    code = node.code or {}
+    ce = code.get("rel_l2")
+    if ce is not None and node.code_limit is not None and ce > node.code_limit and not code.get("shape_mismatch"):
+        node.reasons.append(
+            f"target code differs from golden in {node.code.get('dtype', ['?'])[1]}: "
+            f"{ce:.2e} > {node.code_limit:.1e} (cosine {code.get('cosine', 1):.6f})"
+        )
+    if tc.kind == "api":
+        gs = [x for x in tree_flatten((gc.args, gc.kwargs))[0] if not isinstance(x, torch.Tensor)]
+        ts = [x for x in tree_flatten((tc.args, tc.kwargs))[0] if not isinstance(x, torch.Tensor)]
+        if gs != ts and not node.reasons:
+            node.note = f"scalar arguments differ: {ts} vs golden {gs}"
+    node.flagged = bool(node.reasons)
