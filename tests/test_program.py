@@ -1,0 +1,154 @@
+"""``ascendify.program``: the program lines every running verb accepts, their errors, and running them."""
+
+from __future__ import annotations
+
+import sys
+import warnings
+
+import pytest
+
+from ascendify.program import Program, ProgramError, is_python, rank_result_path
+
+
+@pytest.fixture
+def proj(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "t.py").write_text("import sys\nprint('argv', sys.argv)\n")
+    progpkg = tmp_path / "progpkg"
+    progpkg.mkdir()
+    (progpkg / "__init__.py").write_text("raise RuntimeError('checking a -m module must not import its package')\n")
+    (progpkg / "train.py").write_text("")
+    (tmp_path / "plain_dir").mkdir()
+    (tmp_path / "app").mkdir()
+    (tmp_path / "app" / "__main__.py").write_text("")
+    return tmp_path
+
+
+@pytest.mark.parametrize("argv, kind, path, module, args, opts", [
+    (["t.py", "-x", "--lr", "1"], "script", "t.py", None, ["-x", "--lr", "1"], []),
+    (["--", "t.py", "--"], "script", "t.py", None, ["--"], []),
+    (["python", "t.py", "a"], "script", "t.py", None, ["a"], []),
+    (["python3", "-u", "t.py", "-u"], "script", "t.py", None, ["-u"], ["-u"]),
+    (["python3.11", "-uB", "-W", "ignore", "-X", "dev", "t.py"], "script", "t.py", None, [],
+     ["-u", "-B", "-W", "ignore", "-X", "dev"]),
+    (["python", "-Werror::DeprecationWarning", "t.py"], "script", "t.py", None, [],
+     ["-W", "error::DeprecationWarning"]),
+    ([sys.executable, "--", "t.py"], "script", "t.py", None, [], []),
+    (["-m", "progpkg.train", "--lr", "1"], "module", None, "progpkg.train", ["--lr", "1"], []),
+    (["python", "-m", "progpkg.train"], "module", None, "progpkg.train", [], []),
+    (["python", "-um", "progpkg.train", "x"], "module", None, "progpkg.train", ["x"], ["-u"]),
+    (["python", "-mprogpkg.train"], "module", None, "progpkg.train", [], []),
+    (["-m", "json.tool"], "module", None, "json.tool", [], []),
+])
+def test_forms(proj, argv, kind, path, module, args, opts):
+    p = Program.parse(argv)
+    assert (p.kind, p.path, p.module, p.args, p.python_opts) == (kind, path, module, args, opts)
+
+
+@pytest.mark.parametrize("argv, torchrun_args, path, module, args", [
+    (["torchrun", "--nproc-per-node", "2", "t.py", "--lr", "1"], ["--nproc-per-node", "2", "t.py", "--lr", "1"],
+     "t.py", None, ["--lr", "1"]),
+    (["python", "-m", "torch.distributed.run", "--standalone", "-m", "progpkg.train", "z"],
+     ["--standalone", "-m", "progpkg.train", "z"], None, "progpkg.train", ["z"]),
+    (["--", "/usr/local/bin/torchrun", "t.py"], ["t.py"], "t.py", None, []),
+])
+def test_torchrun_forms(proj, argv, torchrun_args, path, module, args):
+    p = Program.parse(argv)
+    assert (p.kind, p.torchrun_args, p.path, p.module, p.args) == ("torchrun", torchrun_args, path, module, args)
+    assert p.display().startswith("torchrun ")
+
+
+@pytest.mark.parametrize("argv, message", [
+    ([], "give a program to run"),
+    (["--"], "give a program to run"),
+    (["missing.py"], "no such script: missing.py"),
+    (["plain_dir"], "plain_dir is a directory: give a Python script"),
+    (["app"], "app is a directory: give its script (app/__main__.py) or run it as a module"),
+    (["-m"], "-m needs a module name"),
+    (["python", "-m"], "-m needs a module name"),
+    (["-m", "no_such_mod_xyz"], "no such module: no_such_mod_xyz"),
+    (["-m", "progpkg.nope"], "no such module: progpkg.nope (package progpkg has no nope)"),
+    (["-m", "progpkg.train.x"], "progpkg.train is not a package"),
+    (["-m", "progpkg/train.py"], "not a module name"),
+    (["python", "-c", "print(1)"], "python -c runs a string"),
+    (["python", "-", "x"], "a program on stdin"),
+    (["python", "-u"], "no script after the interpreter"),
+    (["python", "-Z", "t.py"], "python -Z: unknown interpreter option"),
+    (["python", "-W"], "python -W needs a value"),
+    (["-u", "t.py"], "-u: not a script"),
+    (["torchrun", "missing.py"], "no such script: missing.py"),
+    (["torchrun", "--no-python", "t.py"], "--no-python"),
+    (["torchrun", "--bogus", "t.py"], "unrecognized arguments: --bogus"),
+])
+def test_bad_program_lines_say_what_is_wrong(proj, argv, message):
+    with pytest.raises(ProgramError) as e:
+        Program.parse(argv)
+    assert message in str(e.value)
+    assert isinstance(e.value, ValueError)
+
+
+def test_check_false_skips_existence_checks(proj):
+    assert Program.parse(["missing.py", "1"], check=False).path == "missing.py"
+    assert Program.parse(["-m", "no_such_mod_xyz"], check=False).module == "no_such_mod_xyz"
+
+
+def test_display_and_argv(proj):
+    p = Program.parse(["python", "-u", "t.py", "a b", "--x"])
+    assert p.display() == "python -u t.py 'a b' --x"
+    assert p.argv == ["t.py", "a b", "--x"]
+    m = Program.parse(["-m", "progpkg.train", "1"])
+    assert m.display() == "python -m progpkg.train 1" and m.argv == ["progpkg.train", "1"]
+
+
+def test_run_in_process_applies_and_undoes_interpreter_options(proj, capsys):
+    (proj / "w.py").write_text(
+        "import sys, warnings\n"
+        "print('bytecode', sys.dont_write_bytecode)\n"
+        "warnings.warn('boom', UserWarning)\n"
+        "sys.exit(4)\n")
+    before_filters, before_b = warnings.filters[:], sys.dont_write_bytecode
+    sys.dont_write_bytecode = False
+    try:
+        code = Program.parse(["python", "-B", "-W", "error::UserWarning", "-O", "w.py"]).run_in_process()
+        out, err = capsys.readouterr()
+        assert code == 1  # the warning was an error, so the script never reached sys.exit(4)
+        assert "bytecode True" in out and "UserWarning: boom" in err
+        assert "-O have no effect" in err
+        assert sys.dont_write_bytecode is False and warnings.filters == before_filters
+        with pytest.warns(UserWarning, match="boom"):
+            assert Program.parse(["w.py"]).run_in_process() == 4
+    finally:
+        sys.dont_write_bytecode = before_b
+
+
+def test_run_in_process_of_a_module(proj, capsys):
+    (proj / "progpkg" / "__init__.py").write_text("")
+    (proj / "progpkg" / "hello.py").write_text("import sys\nprint('hello', __name__, sys.argv[1:])\n")
+    try:
+        assert Program.parse(["-m", "progpkg.hello", "x"]).run_in_process() == 0
+    finally:
+        sys.modules.pop("progpkg", None)
+    assert "hello __main__ ['x']" in capsys.readouterr().out
+
+
+def test_torchrun_program_is_not_run_in_process(proj):
+    with pytest.raises(ProgramError, match="relaunch_torchrun"):
+        Program.parse(["torchrun", "t.py"]).run_in_process()
+    with pytest.raises(ProgramError, match="not a torchrun job"):
+        Program.parse(["t.py"]).relaunch_torchrun(["run"], who="x")
+
+
+def test_rank_result_path(monkeypatch):
+    monkeypatch.delenv("RANK", raising=False)
+    assert rank_result_path("a/run.json") == "a/run.json"
+    monkeypatch.setenv("RANK", "2")
+    assert rank_result_path("a/run.json") == "a/run.rank2.json"
+    assert rank_result_path("a/run.json", 0) == "a/run.json"
+    assert rank_result_path("log", 5) == "log.rank5.json"
+    monkeypatch.setenv("RANK", "garbage")
+    assert rank_result_path("run.json") == "run.json"
+
+
+def test_is_python():
+    assert all(is_python(w) for w in ("python", "python3", "python3.11", "/usr/bin/python3.12", sys.executable))
+    assert not any(is_python(w) for w in ("train.py", "python3.py", "pythonic", "python3.x", "python2"))
