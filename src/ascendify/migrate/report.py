@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as _dt
+import re
 from pathlib import Path
 from typing import Any
 
@@ -100,6 +101,21 @@ def write(report: dict[str, Any], results: list[FileResult], out_dir: Path) -> l
     return written
 
 
+def api_groups(results: list[FileResult]) -> list[dict[str, Any]]:
+    """API notes collapsed to one entry per API and limit, with the number of calls and where they are."""
+    groups: dict[tuple[str, str], dict[str, Any]] = {}
+    for r in results:
+        for f in r.findings:
+            if f.kind != API:
+                continue
+            m = re.search(r"\((\d+) calls in this file\)", f.tip)
+            g = groups.setdefault((f.api, f.message), {"api": f.api, "calls": 0, "where": [], "severity": f.severity,
+                                                       "limit": f.gloss or f.message})
+            g["calls"] += int(m.group(1)) if m else 1
+            g["where"].append(f"{r.path}:{f.line}")
+    return sorted(groups.values(), key=lambda g: (-g["calls"], g["api"]))
+
+
 def _md_cell(s: Any) -> str:
     return str(s).replace("|", "\\|").replace("\n", " ")
 
@@ -141,12 +157,15 @@ def markdown(report: dict[str, Any], results: list[FileResult]) -> str:
                   "|---|---|---|---|---|---|"]
         lines += [f"| {_md_cell(p)}:{f.line} | {f.rule} | {f.severity} | `{_md_cell(f.api)}` | {_md_cell(f.message)} | "
                   f"{_md_cell(f.tip)} |" for p, f in need]
-    api = [(r.path, f) for r in results for f in r.findings if f.kind == API]
+    api = api_groups(results)
     if api:
-        lines += ["", "## Torch APIs with limits on Ascend", "", "| file:line | API | kind | limit | gloss |",
-                  "|---|---|---|---|---|"]
-        lines += [f"| {_md_cell(p)}:{f.line} | `{_md_cell(f.api)}` | {f.severity} | {_md_cell(f.message)} | "
-                  f"{_md_cell(f.gloss)} |" for p, f in api]
+        lines += ["", "## Torch APIs with limits on Ascend", "",
+                  "One row per API (the Chinese original of each limit is in `unsupported.csv`, column `reason`).",
+                  "", "| API | calls | where | kind | limit |", "|---|---|---|---|---|"]
+        for g in api:
+            where = ", ".join(g["where"][:3]) + (f", +{len(g['where']) - 3} more" if len(g["where"]) > 3 else "")
+            lines.append(f"| `{_md_cell(g['api'])}` | {g['calls']} | {_md_cell(where)} | {g['severity']} | "
+                         f"{_md_cell(g['limit'])} |")
     ops = [(r.path, o) for r in results for o in r.native_ops]
     if ops:
         lines += ["", "## Custom CUDA ops (need an NPU implementation)", "", "| file:line | kind | op |", "|---|---|---|"]

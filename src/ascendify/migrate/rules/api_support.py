@@ -5,40 +5,54 @@ from __future__ import annotations
 import ast
 import re
 from functools import cache
+from typing import Any
 
 from ascendify import knowledge
 
 from ..model import UNSUPPORTED
 from .base import NPU, REPORT_ONLY, Example, rule
 
-# A small phrase table for an English gloss of the Chinese limit texts (the original is always kept).
-_PHRASES = [
-    ("可能回退至CPU执行", "may fall back to the CPU"),
-    ("当前仅支持推理场景，不支持训练场景", "inference only, not training"),
-    ("不支持多进程加载NPU数据", "no multi-process loading of NPU data"),
-    ("不支持double数据类型", "double (float64) is not supported"),
-    ("不支持稀疏张量", "sparse tensors are not supported"),
-    ("目前嵌套张量只支持创建，不支持其他操作", "nested tensors: creation only"),
-    ("仅支持", " supports only "),
-    ("不支持", "not supported: "),
-    ("，", ", "),
-    ("、", ", "),
-    ("和", " and "),
-    ("：", ": "),
-    ("；", "; "),
-]
-_CJK = re.compile(r"[\u3000-\u9fff\uff00-\uffef]")
-# "`input`仅支持fp16，fp32": a limit on dtypes only (severity "dtype-limits", easy to filter out)
-_DTYPE_ONLY = re.compile(r"^`\w+`仅支持[a-z0-9，, ]+$")
+# "`input`仅支持fp16，fp32": a limit line about one argument's dtypes
+_DTYPE_LINE = re.compile(r"^(- )?((?:`\w+`[、，, ]*)+)仅支持([a-z0-9，, 、和]+)(。)?$")
+
+
+@cache
+def _limits_en() -> dict[str, Any]:
+    """English translations of the support list's limit texts (ours: data/api_limits_en.json) and the arguments
+    that dtype limits name but that the API does not take as tensors."""
+    data = knowledge.load("api_limits_en")
+    return {"texts": {e["zh"]: e["en"] for e in data["texts"]}, "non_tensor": data["non_tensor_arguments"]}
 
 
 def gloss(text: str) -> str:
-    """English gloss of a limit text when the phrase table covers it entirely, else ''."""
-    out = text
-    for zh, en in _PHRASES:
-        out = out.replace(zh, en)
-    out = re.sub(r"\s+", " ", out).strip()
-    return "" if _CJK.search(out) else out
+    """The English translation of a limit text of the support list ('' for a text the table lacks)."""
+    return _limits_en()["texts"].get(text, "")
+
+
+def applicable_limit(api: str, text: str) -> tuple[str, str, bool]:
+    """The lines of ``text`` (and their translation) that apply at a call of ``api``, and whether they only
+    list dtypes.
+
+    A line that only lists the dtypes of an argument applies when the call passes that argument as a tensor:
+    it is dropped where ``api`` does not take it as one (a module constructor's ``input``: its tensors come
+    in ``forward``; a sampler's ``dataset``), per ``non_tensor_arguments`` of data/api_limits_en.json.
+    """
+    en = gloss(text)
+    zh_lines, en_lines = text.split("\n"), en.split("\n") if en else []
+    if len(en_lines) != len(zh_lines):
+        en_lines = [""] * len(zh_lines)
+    skip = set(_limits_en()["non_tensor"].get(api, ()))
+    keep_zh, keep_en, dtype_only = [], [], True
+    for zh_line, en_line in zip(zh_lines, en_lines, strict=True):
+        m = _DTYPE_LINE.match(zh_line.strip())
+        if m and skip and set(re.findall(r"`(\w+)`", m.group(2))) <= skip:
+            continue
+        if zh_line.strip() and not m:
+            dtype_only = False
+        keep_zh.append(zh_line)
+        keep_en.append(en_line)
+    zh_out = "\n".join(keep_zh).strip()
+    return zh_out, "\n".join(keep_en).strip() if en else "", dtype_only and bool(zh_out)
 
 
 @cache
@@ -141,11 +155,15 @@ def limited_api(ctx, node: ast.AST) -> None:
     if q in seen:
         finding, n = seen[q]
         seen[q] = (finding, n + 1)
-        finding.tip = f"{n + 1} calls in this file (first one shown)"
+        finding.tip = re.sub(r" \(\d+ calls in this file\)$", "", finding.tip) + f" ({n + 1} calls in this file)"
         return
-    note = entry["constraints"]
-    severity = "dtype-limits" if _DTYPE_ONLY.match(note.strip()) else "limited"
-    ctx.report(node, api=q, severity=severity, reason=note, gloss=gloss(note), tip="")
+    note, note_en, dtype_only = applicable_limit(q, entry["constraints"])
+    if not note:  # only dtype limits on arguments this call does not take as tensors
+        return
+    severity = "dtype-limits" if dtype_only else "limited"
+    ctx.report(node, api=q, severity=severity, reason=note, gloss=note_en,
+               tip="keep the arguments in the listed dtypes on the NPU (cast before the call)" if dtype_only
+               else "check the call against the limit")
     seen[q] = (ctx.findings[-1], 1)
 
 
