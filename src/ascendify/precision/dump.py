@@ -1,0 +1,833 @@
+"""Record every module call and torch API call of a model, forward and backward, as a dump (msprobe's layout).
+
+>>> with ascendify.precision.dump(model, "dump/", level="mix", mode="stats"):   # doctest: +SKIP
+...     loss = model(x).sum(); loss.backward()
+
+How it hooks (chosen for speed; see docs/precision.md):
+
+* **modules**: forward pre/post hooks on every module of ``model`` (or, with ``model=None``, the global module hooks
+  that ``ascendify dump`` installs before the program runs, so every module the program builds is seen). Module
+  paths are the ``named_modules()`` paths of the outermost module called (the root, path ``""``).
+* **torch APIs**: one ``torch.overrides.TorchFunctionMode`` sees every ``torch.*`` function, ``Tensor`` method and
+  ``torch.nn.functional`` call made outside our own handler (one Python call per API call, instead of wrapping
+  ~1,900 functions). Calls made inside an API call are not seen (a functional's own internals).
+* **backward**: gradient hooks on the tensors (``Tensor.register_hook``) of each recorded call: the gradient of an
+  output is the backward node's input, the gradient of a (non-leaf) input its output; parameter gradients come from
+  one hook per parameter. The autograd graph is not changed (no ``BackwardHookFunction``), so in-place operations on
+  module outputs keep working. A gradient hook on a tensor used by several calls sees the total gradient.
+* **statistics** are computed on the tensor's device by ``stats.stat_vector`` (no host sync per tensor), kept in a
+  list, and moved to the host once per step at flush. A tensor seen twice (an API's output, then the enclosing
+  module's output) is summarised once: the dumper remembers it by a weak reference and its version counter, so it
+  keeps no tensor alive (memory is O(nodes)).
+
+Steps: ``dumper.step()`` (or ``ascendify.precision.step()``) ends a step; ``steps=`` picks which are recorded; the
+context exit ends the last one. Ranks: ``ranks=`` (torch.distributed rank, else ``$RANK``, else 0).
+Scope: ``scope=["layers.0", "gelu"]`` keeps nodes whose module path is (under) one of the entries, or whose API
+name or full node name contains one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import linecache
+import os
+import shutil
+import sys
+import weakref
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+from ascendify.precision.model import LEVELS, MODES, DumpError, ScalarArg
+from ascendify.precision.stats import stat_vector
+
+DEFAULT_MAX_BYTES = 1 << 30  # tensor mode refuses a step that needs more than this (1 GiB) unless raised
+
+# Tensor methods that read metadata or control autograd: never a node.
+_SKIP_TENSOR_METHODS = frozenset(
+    """size dim stride numel data_ptr is_contiguous is_floating_point is_complex element_size storage_offset
+    untyped_storage get_device item tolist __len__ __repr__ __format__ __bool__ __index__ __int__ __float__
+    __hash__ __reduce_ex__ __deepcopy__ __setstate__ __array__ numpy backward register_hook
+    register_post_accumulate_grad_hook retain_grad requires_grad_ _is_view __contains__ __iter__ __dir__
+    __getstate__ __reversed__ has_names __torch_function__ _typed_storage is_shared share_memory_ dim_order
+    is_pinned type nelement ndimension _version""".split()
+)
+
+_internal_dirs = tuple(
+    os.path.dirname(m.__file__) + os.sep
+    for m in (torch, sys.modules["ascendify"], contextlib)
+    if getattr(m, "__file__", None)
+)
+
+
+class DumpTooLarge(RuntimeError):
+    """A tensor-mode step would write more than ``max_bytes``."""
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# small helpers
+
+
+_dtype_names: dict[torch.dtype, str] = {}
+
+
+def _meta(t: torch.Tensor) -> tuple[str, tuple[int, ...], bool, str]:
+    dt = t.dtype
+    name = _dtype_names.get(dt)
+    if name is None:
+        name = _dtype_names[dt] = str(dt)
+    return (name, tuple(t.shape), t.requires_grad, str(t.device))
+
+
+def _scalar(v: Any, key: str) -> ScalarArg:
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return ScalarArg(type(v).__name__, v, key)
+    if isinstance(v, (torch.dtype, torch.device, torch.memory_format, torch.layout)):
+        return ScalarArg(f"torch.{type(v).__name__}", str(v), key)
+    if isinstance(v, torch.Size):
+        return ScalarArg("torch.Size", list(v), key)
+    if isinstance(v, slice):
+        return ScalarArg("slice", [v.start, v.stop, v.step] if _plain(v) else str(v), key)
+    if v is Ellipsis:
+        return ScalarArg("ellipsis", "...", key)
+    return ScalarArg(type(v).__name__, None, key)
+
+
+def _plain(s: slice) -> bool:
+    return all(x is None or isinstance(x, int) for x in (s.start, s.stop, s.step))
+
+
+_internal_cache: dict[str, bool] = {}
+_display_cache: dict[str, str] = {}
+
+
+def _is_internal(filename: str) -> bool:
+    v = _internal_cache.get(filename)
+    if v is None:
+        v = filename.startswith(_internal_dirs) or filename.startswith("<") or "/msprobe/" in filename
+        _internal_cache[filename] = v
+    return v
+
+
+def _source(depth: int = 2) -> tuple[str, int, str] | None:
+    """(file, line, function) of the first frame outside torch, ascendify and contextlib."""
+    f = sys._getframe(depth)
+    while f is not None:
+        code = f.f_code
+        if not _is_internal(code.co_filename):
+            return (code.co_filename, f.f_lineno, code.co_name)
+        f = f.f_back
+    return None
+
+
+def _display(filename: str) -> str:
+    d = _display_cache.get(filename)
+    if d is None:
+        try:
+            rel = os.path.relpath(filename)
+            d = rel if not rel.startswith("..") else filename
+        except ValueError:
+            d = filename
+        _display_cache[filename] = d
+    return d
+
+
+def current_rank() -> int:
+    try:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            return dist.get_rank()
+    except Exception:
+        pass
+    try:
+        return int(os.environ.get("RANK", "0"))
+    except ValueError:
+        return 0
+
+
+_pu1 = None
+
+
+def _autocast_devices() -> list[str]:
+    """Device types where autocast is on right now."""
+    global _pu1
+    if _pu1 is None:
+        try:
+            _pu1 = torch._C._get_privateuse1_backend_name()
+        except Exception:
+            _pu1 = "privateuseone"
+    out = []
+    for dev in ("cpu", "cuda", _pu1):
+        try:
+            if torch.is_autocast_enabled(dev):
+                out.append(dev)
+        except Exception:
+            pass
+    return out
+
+
+@contextlib.contextmanager
+def _quiet(ac_devices: list[str]):
+    """No grad, no torch-function modes, no autocast: the state statistics are computed in."""
+    with torch.no_grad(), torch._C.DisableTorchFunction():
+        if not ac_devices:
+            yield
+            return
+        with contextlib.ExitStack() as st:
+            for dev in ac_devices:
+                st.enter_context(torch.autocast(dev, enabled=False))
+            yield
+
+
+class _Rec:
+    """A node being recorded (tensor values are indices into the dumper's list of statistics vectors)."""
+
+    __slots__ = (
+        "name", "kind", "direction", "call_index", "order", "module_path", "api", "class_name", "parent",
+        "args", "kwargs", "outputs", "params", "grads", "source", "autocast", "backward", "base",
+    )  # fmt: skip
+
+    def __init__(self, name, kind, direction, call_index, order, module_path, api, class_name, parent, base):
+        self.name = name
+        self.kind = kind
+        self.direction = direction
+        self.call_index = call_index
+        self.order = order
+        self.module_path = module_path
+        self.api = api
+        self.class_name = class_name
+        self.parent = parent
+        self.base = base  # name without direction/index, e.g. "Functional.gelu" / "Module.fc.Linear"
+        self.args: list = []
+        self.kwargs: dict = {}
+        self.outputs: list = []
+        self.params: dict = {}
+        self.grads: dict = {}
+        self.source = None
+        self.autocast = None
+        self.backward: _Rec | None = None
+
+
+def _api_info(func) -> tuple[str, str] | None:
+    """(msprobe-style prefix name, dotted API name) of a torch function, or None when it is not a node."""
+    name = getattr(func, "__name__", None)
+    if not name or name in ("__get__", "__set__"):
+        return None
+    if name.startswith("_") and not (name.startswith("__") and name.endswith("__")):
+        return None  # private helpers (_set_grad_enabled, _record_function_enter_new, ...)
+    qual = getattr(func, "__qualname__", "") or ""
+    mod = getattr(func, "__module__", None) or ""
+    if getattr(func, "__objclass__", None) is torch._C.TensorBase or qual.startswith(("Tensor.", "TensorBase.")):
+        if name in _SKIP_TENSOR_METHODS:
+            return None
+        return (f"Tensor.{name}", f"Tensor.{name}")
+    if mod in ("torch.nn.functional", "torch._C._nn"):
+        return (f"Functional.{name}", f"torch.nn.functional.{name}")
+    if mod == "torch._C._linalg" and name.startswith("linalg_"):
+        return (f"Torch.{name}", f"torch.linalg.{name[7:]}")
+    if mod in ("torch", "torch.functional", "torch._C._VariableFunctions") or qual.startswith("_VariableFunctions"):
+        return (f"Torch.{name}", f"torch.{name}")
+    if mod.startswith("torch.distributed"):
+        return (f"Distributed.{name}", f"{mod}.{name}")
+    if mod.startswith("torch"):
+        return (f"Torch.{name}", f"{mod}.{name}")
+    return None
+
+
+_api_cache: dict[Any, tuple[str, str] | None] = {}
+
+
+class _ApiMode(TorchFunctionMode):
+    def __init__(self, dumper: Dumper):
+        super().__init__()
+        self.d = dumper
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if kwargs is None:
+            kwargs = {}
+        d = self.d
+        if not d._recording or d._busy:
+            return func(*args, **kwargs)
+        try:
+            info = _api_cache[func]
+        except (KeyError, TypeError):
+            info = _api_info(func)
+            try:
+                _api_cache[func] = info
+            except TypeError:
+                pass
+        if info is None:
+            return func(*args, **kwargs)
+        rec = d._begin_api(info, args, kwargs)
+        out = func(*args, **kwargs)
+        if rec is not None:
+            d._end(rec, out)
+        return out
+
+
+# ---------------------------------------------------------------------------------------------------------------
+
+
+class Dumper:
+    """Records nodes; see the module docstring. Use :func:`dump` to build one."""
+
+    def __init__(
+        self,
+        model: torch.nn.Module | None,
+        path: str | os.PathLike[str],
+        *,
+        level: str = "mix",
+        mode: str = "stats",
+        steps: Iterable[int] | None = None,
+        ranks: Iterable[int] | None = None,
+        scope: Iterable[str] | str | None = None,
+        backward: bool = True,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        skip_optimizer: bool = True,
+    ):
+        if level not in LEVELS:
+            raise ValueError(f"level must be one of {', '.join(LEVELS)}, not {level!r}")
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
+        if model is not None and not isinstance(model, torch.nn.Module):
+            raise TypeError(f"model must be a torch.nn.Module or None, not {type(model).__name__}")
+        self.model = model
+        self.root = Path(path)
+        if self.root.exists() and not self.root.is_dir():
+            raise DumpError(self.root, "the dump folder exists and is not a folder")
+        self.level = level
+        self.mode = mode
+        self.steps = None if steps is None else frozenset(int(s) for s in steps)
+        self.ranks = None if ranks is None else frozenset(int(r) for r in ranks)
+        if isinstance(scope, str):
+            scope = [scope]
+        self.scope = tuple(s for s in (scope or ()) if s)
+        self.backward = backward
+        self.max_bytes = int(max_bytes)
+        self.skip_optimizer = skip_optimizer
+        self.step_index = 0
+        self.written: list[Path] = []
+        self._handles: list = []
+        self._param_handles: dict[int, Any] = {}
+        self._mode: _ApiMode | None = None
+        self._started = False
+        self._rank = current_rank()
+        self._busy = False
+        self._in_optimizer = 0
+        self._paths: dict[int, tuple[weakref.ref, str]] = {}
+        self._stack: list[tuple[torch.nn.Module, str, _Rec | None]] = []
+        self._reset_step()
+        self._update_recording()
+
+    # -- step state --------------------------------------------------------------------------------------------
+
+    def _reset_step(self) -> None:
+        self._recs: list[_Rec] = []
+        self._vectors: list[torch.Tensor | None] = []
+        self._seen: dict[int, tuple[weakref.ref, int, int]] = {}
+        self._counts: dict[str, int] = {}
+        self._tensors: dict[int, torch.Tensor] = {}  # tensor mode: index -> detached copy
+        self._md5: dict[int, str] = {}
+        self._bytes = 0
+        self._n_tensors = 0
+        self._over = False
+
+    def _update_recording(self) -> None:
+        self._recording = (
+            self._started
+            and (self.steps is None or self.step_index in self.steps)
+            and (self.ranks is None or self._rank in self.ranks)
+        )
+
+    # -- public API ----------------------------------------------------------------------------------------------
+
+    def start(self) -> Dumper:
+        if self._started:
+            return self
+        self._started = True
+        self._rank = current_rank()
+        if self.model is not None:
+            self._register_paths(self.model, "")
+            for m in self.model.modules():
+                self._handles.append(m.register_forward_pre_hook(self._pre_hook, with_kwargs=True))
+                self._handles.append(
+                    m.register_forward_hook(self._post_hook, with_kwargs=True, always_call=True)
+                )
+        else:
+            from torch.nn.modules import module as _m
+
+            self._handles.append(_m.register_module_forward_pre_hook(self._global_pre_hook))
+            self._handles.append(
+                _m.register_module_forward_hook(self._post_hook, with_kwargs=True, always_call=True)
+            )
+        from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+
+        self._handles.append(register_optimizer_step_pre_hook(self._opt_pre))
+        self._handles.append(register_optimizer_step_post_hook(self._opt_post))
+        if self.level in ("api", "mix"):
+            self._mode = _ApiMode(self)
+            self._mode.__enter__()
+        self._update_recording()
+        return self
+
+    def stop(self) -> list[Path]:
+        """Remove every hook and write the step in progress. Returns the folders written."""
+        if not self._started:
+            return self.written
+        self._started = False
+        self._recording = False
+        if self._mode is not None:
+            try:
+                self._mode.__exit__(None, None, None)
+            except Exception:
+                pass
+            self._mode = None
+        for h in self._handles:
+            h.remove()
+        for h in self._param_handles.values():
+            h.remove()
+        self._handles.clear()
+        self._param_handles.clear()
+        self._stack.clear()
+        self._flush()
+        return self.written
+
+    def step(self) -> None:
+        """End the current step (write it when it was recorded) and start the next."""
+        self._flush()
+        self.step_index += 1
+        self._update_recording()
+
+    def __enter__(self) -> Dumper:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        global _current
+        if _current is self:
+            _current = None
+        if exc[0] is not None:
+            # the program failed: still write what was recorded, but never hide its error
+            try:
+                self.stop()
+            except Exception as e:  # pragma: no cover - reported, the original error wins
+                print(f"ascendify dump: could not write the dump: {e}", file=sys.stderr)
+            return
+        self.stop()
+
+    # -- module paths --------------------------------------------------------------------------------------------
+
+    def _register_paths(self, root: torch.nn.Module, prefix: str) -> None:
+        for name, m in root.named_modules():
+            if id(m) in self._paths and self._paths[id(m)][0]() is m:
+                continue
+            path = f"{prefix}.{name}" if prefix and name else (prefix or name)
+            self._paths[id(m)] = (weakref.ref(m), path)
+
+    def _path_of(self, module: torch.nn.Module) -> str:
+        entry = self._paths.get(id(module))
+        if entry is not None and entry[0]() is module:
+            return entry[1]
+        if self._stack:  # built on the fly inside another module: named after its class under its caller
+            parent = self._stack[-1][1]
+            prefix = f"{parent}.{type(module).__name__}" if parent else type(module).__name__
+        else:
+            prefix = ""
+        self._register_paths(module, prefix)
+        return self._paths[id(module)][1]
+
+    def _in_scope(self, module_path: str | None, name: str) -> bool:
+        if not self.scope:
+            return True
+        for s in self.scope:
+            if module_path is not None and (module_path == s or module_path.startswith(s + ".")):
+                return True
+            if s in name:
+                return True
+        return False
+
+    # -- statistics ----------------------------------------------------------------------------------------------
+
+    def _stat(self, t: torch.Tensor) -> int:
+        """Index of ``t``'s statistics vector in this step (computed once per tensor version)."""
+        key = id(t)
+        ver = t._version
+        seen = self._seen.get(key)
+        if seen is not None and seen[1] == ver and seen[0]() is t:
+            return seen[2]
+        try:
+            vec = stat_vector(t)
+        except Exception:
+            vec = None
+        idx = len(self._vectors)
+        self._vectors.append(vec)
+        try:
+            self._seen[key] = (weakref.ref(t), ver, idx)
+        except TypeError:
+            pass
+        if self.mode == "tensors":
+            nbytes = t.numel() * t.element_size()
+            self._bytes += nbytes
+            self._n_tensors += 1
+            if self._bytes <= self.max_bytes:
+                self._tensors[idx] = t.detach().to("cpu", copy=True)
+            else:
+                self._over = True
+                self._tensors.clear()
+        elif self.mode == "checksum":
+            self._md5[idx] = _md5(t)
+        return idx
+
+    def _value(self, v: Any, key: str, out: list) -> None:
+        if isinstance(v, torch.Tensor):
+            out.append((key, _meta(v), self._stat(v)))
+        elif isinstance(v, (list, tuple)) and not isinstance(v, torch.Size):
+            if not v:
+                out.append((key, ScalarArg(type(v).__name__, [], key), None))
+            for i, x in enumerate(v):
+                self._value(x, f"{key}.{i}", out)
+        else:
+            out.append((key, _scalar(v, key), None))
+
+    def _record_inputs(self, rec: _Rec, args, kwargs, grad_on: bool) -> None:
+        for i, a in enumerate(args):
+            self._value(a, str(i), rec.args)
+        for k, a in kwargs.items():
+            self._value(a, k, rec.args)
+        if self.backward and grad_on:
+            # gradients of non-leaf tensor inputs: the backward node's outputs (leaves: see parameter hooks)
+            for key, a in _tensor_args(args, kwargs):
+                if a.requires_grad and a.grad_fn is not None:
+                    a.register_hook(self._grad_hook(rec, "output", key))
+
+    def _record_outputs(self, rec: _Rec, out) -> list[tuple[str, torch.Tensor]]:
+        """Record the outputs; return the tensors that need a gradient hook."""
+        if isinstance(out, torch.Tensor):
+            flat = [("0", out)]
+        elif isinstance(out, (list, tuple)):
+            flat = []
+            _flatten(out, "", flat)
+        elif isinstance(out, dict):
+            flat = []
+            for k, v in out.items():
+                _flatten(v, str(k), flat)
+        else:
+            flat = [("0", out)] if out is not None else []
+        grad_out = []
+        for key, v in flat:
+            if isinstance(v, torch.Tensor):
+                rec.outputs.append((key, _meta(v), self._stat(v)))
+                if v.requires_grad:
+                    grad_out.append((key, v))
+            elif v is not None:
+                rec.outputs.append((key, _scalar(v, key), None))
+        return grad_out
+
+    def _new_rec(self, base: str, kind: str, module_path, api, class_name) -> _Rec:
+        n = self._counts.get(base, 0)
+        self._counts[base] = n + 1
+        if kind == "module":
+            name = f"{base}.forward.{n}"
+        else:
+            name = f"{base}.{n}.forward"
+        parent = None
+        for entry in reversed(self._stack):
+            if entry[2] is not None:
+                parent = entry[2].name
+                break
+        rec = _Rec(name, kind, "forward", n, len(self._recs), module_path, api, class_name, parent, base)
+        src = _source(3)
+        rec.source = src
+        self._recs.append(rec)
+        return rec
+
+    # -- hooks ---------------------------------------------------------------------------------------------------
+
+    def _global_pre_hook(self, module, args):
+        return self._pre_hook(module, args, {})
+
+    def _pre_hook(self, module, args, kwargs):
+        if not self._recording or self._busy:
+            return None
+        path = self._path_of(module)
+        rec = None
+        if self.level != "api":
+            cls = type(module).__name__
+            base = f"Module.{path}.{cls}" if path else f"Module.{cls}"
+            if self._in_scope(path, base):
+                self._busy = True
+                grad_on = torch.is_grad_enabled()
+                try:
+                    ac = _autocast_devices()
+                    with _quiet(ac):
+                        rec = self._new_rec(base, "module", path, None, cls)
+                        if ac:
+                            rec.autocast = str(torch.get_autocast_dtype(ac[-1]))
+                        self._record_inputs(rec, args, kwargs, grad_on)
+                        for pname, p in module.named_parameters(recurse=False):
+                            rec.params[pname] = (_meta(p), self._stat(p))
+                            if self.backward and p.requires_grad and id(p) not in self._param_handles:
+                                self._param_handles[id(p)] = p.register_hook(self._param_grad_hook(path, cls, pname))
+                finally:
+                    self._busy = False
+        self._stack.append((module, path, rec))
+        return None
+
+    def _post_hook(self, module, args, kwargs, output):
+        if not self._stack:
+            return None
+        # pop to this module (a failed inner call may have left entries behind)
+        while self._stack:
+            m, path, rec = self._stack.pop()
+            if m is module:
+                break
+        else:
+            return None
+        if rec is None or not self._recording:
+            return None
+        self._end(rec, output)
+        return None
+
+    def _begin_api(self, info: tuple[str, str], args, kwargs) -> _Rec | None:
+        if self._in_optimizer and self.skip_optimizer:
+            return None
+        base, api = info
+        module_path = self._stack[-1][1] if self._stack else None
+        if not self._in_scope(module_path, base):
+            return None
+        self._busy = True
+        grad_on = torch.is_grad_enabled()
+        try:
+            ac = _autocast_devices()
+            with _quiet(ac):
+                rec = self._new_rec(base, "api", module_path, api, None)
+                if ac:
+                    rec.autocast = str(torch.get_autocast_dtype(ac[-1]))
+                self._record_inputs(rec, args, kwargs, grad_on)
+        finally:
+            self._busy = False
+        return rec
+
+    def _end(self, rec: _Rec, out) -> None:
+        self._busy = True
+        try:
+            with _quiet(_autocast_devices()):
+                grad_out = self._record_outputs(rec, out)
+            if rec.kind == "api" and not _has_tensor(rec.args) and not _has_tensor(rec.outputs):
+                rec.kind = None  # no tensor in or out: not a node (dropped at flush)
+            if self.backward and grad_out and torch.is_grad_enabled():
+                for key, t in grad_out:
+                    t.register_hook(self._grad_hook(rec, "input", key))
+        finally:
+            self._busy = False
+
+    def _grad_hook(self, rec: _Rec, side: str, key: str):
+        def hook(grad):
+            if self._started and grad is not None:
+                self._record_grad(rec, side, key, grad)
+            return None
+
+        return hook
+
+    def _backward_rec(self, rec: _Rec) -> _Rec:
+        b = rec.backward
+        if b is None or b not in self._recs:
+            if rec.kind == "module":
+                name = f"{rec.base}.backward.{rec.call_index}"
+            else:
+                name = f"{rec.base}.{rec.call_index}.backward"
+            b = _Rec(name, rec.kind, "backward", rec.call_index, len(self._recs), rec.module_path, rec.api,
+                     rec.class_name, None, rec.base)  # fmt: skip
+            b.source = rec.source
+            b.autocast = rec.autocast
+            if rec.parent is not None:
+                b.parent = rec.parent.replace(".forward", ".backward") if ".forward." in rec.parent else None
+            rec.backward = b
+            self._recs.append(b)
+        return b
+
+    def _record_grad(self, rec: _Rec, side: str, key: str, grad: torch.Tensor) -> None:
+        if self._busy:
+            return
+        self._busy = True
+        try:
+            with _quiet(_autocast_devices()):
+                b = self._backward_rec(rec)
+                entry = (key, _meta(grad), self._stat(grad))
+                (b.args if side == "input" else b.outputs).append(entry)
+        finally:
+            self._busy = False
+
+    def _param_grad_hook(self, path: str, cls: str, pname: str):
+        base = f"Module.{path}.{cls}" if path else f"Module.{cls}"
+
+        def hook(grad):
+            if not self._recording or grad is None:
+                return None
+            self._busy = True
+            try:
+                with _quiet(_autocast_devices()):
+                    b = None
+                    for r in reversed(self._recs):
+                        if r.base == base and r.direction == "backward":
+                            b = r
+                            break
+                    if b is None:
+                        n = self._counts.get(base, 1) - 1
+                        b = _Rec(f"{base}.backward.{max(n, 0)}", "module", "backward", max(n, 0), len(self._recs),
+                                 path, None, cls, None, base)  # fmt: skip
+                        self._recs.append(b)
+                    b.grads[pname] = (_meta(grad), self._stat(grad))
+            finally:
+                self._busy = False
+            return None
+
+        return hook
+
+    def _opt_pre(self, optimizer, args, kwargs):
+        self._in_optimizer += 1
+
+    def _opt_post(self, optimizer, args, kwargs):
+        self._in_optimizer = max(0, self._in_optimizer - 1)
+
+    # -- flush ---------------------------------------------------------------------------------------------------
+
+    def _host_rows(self) -> list[list[float] | None]:
+        rows: list[list[float] | None] = [None] * len(self._vectors)
+        groups: dict[str, list[int]] = {}
+        for i, v in enumerate(self._vectors):
+            if v is not None:
+                groups.setdefault(str(v.device), []).append(i)
+        with torch.no_grad(), torch._C.DisableTorchFunction():
+            for idxs in groups.values():
+                host = torch.stack([self._vectors[i] for i in idxs]).to("cpu", torch.float64).tolist()
+                for i, row in zip(idxs, host, strict=True):
+                    rows[i] = row
+        return rows
+
+    def _flush(self) -> None:
+        recs = [r for r in self._recs if r.kind is not None]
+        if not recs:
+            self._reset_step()
+            return
+        if self._over:
+            need, n = self._bytes, self._n_tensors
+            step = self.step_index
+            self._reset_step()
+            raise DumpTooLarge(
+                f"{self.root}: the tensor dump of step {step} needs {_mb(need)} for {n} tensors, more than "
+                f"max_bytes={_mb(self.max_bytes)}; nothing was written for this step. Raise the limit "
+                f"(dump(..., max_bytes=...), ascendify dump --max-bytes), narrow it with scope=/steps=, or use "
+                f"mode='stats'"
+            )
+        from ascendify.precision import msprobe_io
+
+        rows = self._host_rows()
+        try:
+            folder = msprobe_io.write_step(self, recs, rows)
+        finally:
+            self._reset_step()
+        self.written.append(folder)
+
+    def tensor_bytes(self) -> int:
+        """Bytes of tensor data seen so far in this step (tensor mode)."""
+        return self._bytes
+
+
+def _has_tensor(items: list) -> bool:
+    return any(not isinstance(it[1], ScalarArg) for it in items)
+
+
+def _tensor_args(args, kwargs):
+    for i, a in enumerate(args):
+        if isinstance(a, torch.Tensor):
+            yield str(i), a
+        elif isinstance(a, (list, tuple)):
+            for j, x in enumerate(a):
+                if isinstance(x, torch.Tensor):
+                    yield f"{i}.{j}", x
+    for k, a in kwargs.items():
+        if isinstance(a, torch.Tensor):
+            yield k, a
+
+
+def _flatten(v, prefix: str, out: list) -> None:
+    if isinstance(v, (list, tuple)) and not isinstance(v, torch.Size):
+        for i, x in enumerate(v):
+            _flatten(x, f"{prefix}.{i}" if prefix else str(i), out)
+    else:
+        out.append((prefix or "0", v))
+
+
+def _md5(t: torch.Tensor) -> str:
+    import hashlib
+
+    x = t.detach().to("cpu").contiguous().reshape(-1)
+    try:
+        data = x.view(torch.uint8).numpy().tobytes()
+    except Exception:
+        data = x.to(torch.float64).numpy().tobytes()
+    return hashlib.md5(data).hexdigest()
+
+
+def _mb(n: int) -> str:
+    return f"{n / 2**20:.1f} MiB"
+
+
+def source_text(src: tuple[str, int, str] | None) -> tuple[str | None, str | None]:
+    """("file:line", msprobe stack line) of a recorded source location."""
+    if src is None:
+        return None, None
+    file, line, func = src
+    code = linecache.getline(file, line).strip()
+    return f"{_display(file)}:{line}", f"File {file}, line {line}, in {func}, \n {code}"
+
+
+def check_disk(root: Path, nbytes: int) -> None:
+    root.mkdir(parents=True, exist_ok=True)
+    free = shutil.disk_usage(root).free
+    if nbytes > free:
+        raise DumpTooLarge(f"{root}: the tensor dump needs {_mb(nbytes)} but only {_mb(free)} is free")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+
+_current: Dumper | None = None
+
+
+def dump(
+    model: torch.nn.Module | None,
+    path: str | os.PathLike[str] = "dump",
+    *,
+    level: str = "mix",
+    mode: str = "stats",
+    steps: Iterable[int] | None = None,
+    ranks: Iterable[int] | None = None,
+    scope: Iterable[str] | str | None = None,
+    backward: bool = True,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+) -> Dumper:
+    """A :class:`Dumper` to use as a context manager (or ``.start()`` / ``.step()`` / ``.stop()``).
+
+    ``model=None`` hooks every module (global hooks). ``level``: "module" | "api" | "mix"; ``mode``: "stats" |
+    "tensors" | "checksum"; ``steps``/``ranks``: which to record (None: all); ``scope``: module paths / API names;
+    ``max_bytes``: tensor mode refuses a step needing more (``DumpTooLarge``).
+    """
+    global _current
+    d = Dumper(model, path, level=level, mode=mode, steps=steps, ranks=ranks, scope=scope, backward=backward,
+               max_bytes=max_bytes)  # fmt: skip
+    _current = d
+    return d
+
+
+def step() -> None:
+    """End the current step of the active dump (``ascendify dump`` or the innermost ``dump(...)``); no-op without."""
+    if _current is not None:
+        _current.step()
+
+
+def active() -> Dumper | None:
+    return _current

@@ -1,0 +1,567 @@
+"""msprobe's on-disk layout: write our dumps in it, and read ours and msprobe's into ``precision.model``.
+
+Layout (per step and rank)::
+
+    ROOT/step{N}/rank{R}/dump.json      {"task", "level", "framework": "pytorch", "dump_data_dir", "data": {...}}
+                         stack.json     {"0": [[node names], ["File F, line L, in FUNC, \\n CODE"]], ...}
+                         construct.json {node name: enclosing module node name or null}
+                         dump_tensor_data/NAME.input.0.pt   (tensor mode: plain tensors, torch.save)
+
+msprobe itself writes ``proc{PID}`` (and older versions ``rank``) instead of ``rank{R}`` for a run without
+torch.distributed; all three load. ``data`` entries (keys in execution order)::
+
+    "Functional.gelu.0.forward": {"input_args": [T, ...], "input_kwargs": {"approximate": {"type": "str",
+                                  "value": "tanh"}}, "output": [T]}
+    "Module.fc.Linear.forward.0": {..., "parameters": {"weight": T, "bias": T}}
+    "Module.fc.Linear.backward.0": {"input": [grad of outputs], "output": [grad of inputs]}
+    "Module.fc.Linear.parameters_grad.0": {"weight": [T], "bias": [T]}
+    T = {"type": "torch.Tensor", "dtype", "shape", "Max", "Min", "Mean", "Norm", "requires_grad",
+         "data_name" (tensor mode), "md5" (checksum mode)}
+
+What we add, in keys msprobe ignores (``tests/precision/test_msprobe*.py`` checks that ``msprobe compare`` reads
+our dumps): per tensor ``fingerprint``, ``nan_count``, ``inf_count``, ``device``; per node an ``"ascendify"``
+object (kind, module_path, api, class_name, order, call_index, source, autocast); at the top an ``"ascendify"``
+object with the dump's metadata (its presence marks our dumps: ``Dump.framework == "ascendify"``).
+
+Tensor files load with ``torch.load(weights_only=True)`` (``.pt``) or ``numpy.load(allow_pickle=False)``
+(``.npy``): never a pickle that can run code.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from ascendify.fileio import write_atomic
+from ascendify.precision.model import Dump, DumpError, Node, ScalarArg, TensorStats
+
+_LEVEL_TO_MSPROBE = {"module": "L0", "api": "L1", "mix": "mix"}
+_LEVEL_FROM_MSPROBE = {"L0": "module", "L1": "api", "mix": "mix", "L2": "api"}
+_MODE_TO_TASK = {"stats": "statistics", "tensors": "tensor", "checksum": "statistics"}
+
+_STEP_RE = re.compile(r"^step(\d+)$")
+_RANK_RE = re.compile(r"^(?:rank(\d*)|proc(\d+))$")
+
+
+# ------------------------------------------------------------------------------------------------ writing
+
+
+def _json_num(v: float | None) -> Any:
+    if v is None:
+        return None
+    if math.isnan(v):
+        return "NaN"
+    if math.isinf(v):
+        return "Infinity" if v > 0 else "-Infinity"
+    return v
+
+
+def write_step(dumper, recs, rows) -> Path:
+    """Write one recorded step of ``dumper`` (``Dumper``); returns the rank folder."""
+    import torch
+
+    from ascendify.precision.dump import check_disk, source_text
+    from ascendify.precision.stats import to_tensor_stats
+
+    folder = Path(dumper.root) / f"step{dumper.step_index}" / f"rank{dumper._rank}"
+    data_dir = folder / "dump_tensor_data"
+    if dumper.mode == "tensors":
+        check_disk(Path(dumper.root), dumper._bytes)
+    saved: dict[int, str] = {}
+
+    def tensor_entry(node_name: str, role: str, meta, idx) -> dict[str, Any]:
+        ts = to_tensor_stats(meta, rows[idx] if idx is not None else None)
+        e: dict[str, Any] = {
+            "type": "torch.Tensor",
+            "dtype": ts.dtype,
+            "shape": list(ts.shape),
+            "Max": _json_num(ts.max),
+            "Min": _json_num(ts.min),
+            "Mean": _json_num(ts.mean),
+            "Norm": _json_num(ts.norm),
+            "requires_grad": ts.requires_grad,
+        }
+        if dumper.mode == "tensors" and idx in dumper._tensors:
+            if idx not in saved:
+                fname = f"{node_name}.{role}.pt"
+                buf = io.BytesIO()
+                torch.save(dumper._tensors[idx].contiguous(), buf)
+                write_atomic(data_dir / fname, buf.getvalue(), mode=0o644)
+                saved[idx] = fname
+            e["data_name"] = saved[idx]
+        if dumper.mode == "checksum" and idx in dumper._md5:
+            e["md5"] = dumper._md5[idx]
+        e["fingerprint"] = [_json_num(x) for x in ts.fingerprint]
+        e["nan_count"] = ts.nan_count
+        e["inf_count"] = ts.inf_count
+        e["device"] = ts.device
+        return e
+
+    def value_entry(node_name: str, role: str, item) -> Any:
+        key, meta, idx = item
+        if isinstance(meta, ScalarArg):
+            if meta.type == "NoneType":
+                return None
+            return {"type": meta.type, "value": meta.value}
+        return tensor_entry(node_name, role, meta, idx)
+
+    data: dict[str, Any] = {}
+    construct: dict[str, str | None] = {}
+    stacks: dict[str, list[str]] = {}
+    for order, rec in enumerate(recs):
+        src, stack_line = source_text(rec.source)
+        entry: dict[str, Any] = {}
+        if rec.direction == "forward":
+            args = [x for x in rec.args if _is_positional(x[0])]
+            kwargs = [x for x in rec.args if not _is_positional(x[0])]
+            entry["input_args"] = _nest(args, lambda it, nm=rec.name: value_entry(nm, f"input.{it[0]}", it))
+            entry["input_kwargs"] = {
+                it[0]: value_entry(rec.name, f"input.{it[0]}", it) for it in kwargs if "." not in it[0]
+            }
+            for it in kwargs:  # a list passed by keyword: nest under its name
+                if "." in it[0]:
+                    head = it[0].split(".")[0]
+                    entry["input_kwargs"].setdefault(head, [])
+                    if isinstance(entry["input_kwargs"][head], list):
+                        entry["input_kwargs"][head].append(value_entry(rec.name, f"input.{it[0]}", it))
+            entry["output"] = _nest(rec.outputs, lambda it, nm=rec.name: value_entry(nm, f"output.{it[0]}", it))
+            if rec.kind == "module":
+                entry["parameters"] = {
+                    p: tensor_entry(rec.name, f"parameters.{p}", meta, idx) for p, (meta, idx) in rec.params.items()
+                }
+        else:
+            entry["input"] = _nest(_dense(rec.args), lambda it, nm=rec.name: value_entry(nm, f"input.{it[0]}", it))
+            entry["output"] = _nest(_dense(rec.outputs), lambda it, nm=rec.name: value_entry(nm, f"output.{it[0]}", it))
+        entry["ascendify"] = {
+            "kind": rec.kind,
+            "module_path": rec.module_path,
+            "api": rec.api,
+            "class_name": rec.class_name,
+            "order": order,
+            "call_index": rec.call_index,
+            "source": src,
+            "autocast": rec.autocast,
+        }
+        data[rec.name] = entry
+        construct[rec.name] = rec.parent
+        if stack_line:
+            stacks.setdefault(stack_line, []).append(rec.name)
+        if rec.grads:
+            gname = f"{rec.base}.parameters_grad.{rec.call_index}"
+            data[gname] = {
+                p: [tensor_entry(gname, p, meta, idx)] for p, (meta, idx) in rec.grads.items()
+            }
+            construct[gname] = None
+
+    import torch as _t
+
+    doc = {
+        "task": _MODE_TO_TASK[dumper.mode],
+        "level": _LEVEL_TO_MSPROBE[dumper.level],
+        "framework": "pytorch",
+        "dump_data_dir": str(data_dir.resolve()) if dumper.mode == "tensors" else None,
+        "data": data,
+        "ascendify": {
+            "level": dumper.level,
+            "mode": dumper.mode,
+            "step": dumper.step_index,
+            "rank": dumper._rank,
+            "torch": _t.__version__,
+            "devices": sorted({r[1][3] for rec in recs for r in rec.outputs if not isinstance(r[1], ScalarArg)}),
+            "scope": list(dumper.scope),
+        },
+    }
+    stack_doc = {str(i): [names, [line]] for i, (line, names) in enumerate(stacks.items())}
+    write_atomic(folder / "stack.json", json.dumps(stack_doc, indent=1) + "\n", mode=0o644)
+    write_atomic(folder / "construct.json", json.dumps(construct, indent=1) + "\n", mode=0o644)
+    write_atomic(folder / "dump.json", json.dumps(doc, indent=1, allow_nan=False) + "\n", mode=0o644)  # last
+    return folder
+
+
+def _is_positional(key: str) -> bool:
+    return key.split(".")[0].isdigit()
+
+
+def _dense(items: list) -> list:
+    """Backward grads arrive in any order and some never arrive: sort by key, fill holes with None."""
+    by_key = {}
+    for it in items:
+        by_key[it[0]] = it
+    if not by_key:
+        return []
+    tops = [k for k in by_key if "." not in k and k.isdigit()]
+    n = max((int(k) for k in tops), default=-1) + 1
+    out = []
+    for i in range(n):
+        out.append(by_key.get(str(i), (str(i), ScalarArg("NoneType", None, str(i)), None)))
+    out += [by_key[k] for k in sorted(by_key) if not (k.isdigit() and "." not in k)]
+    return out
+
+
+def _nest(items: list, conv) -> list:
+    """Rebuild nesting from keys "0", "1.0", "1.1" -> [v0, [v10, v11]]."""
+    out: list = []
+    for it in items:
+        parts = it[0].split(".")
+        if not parts[0].isdigit():
+            continue
+        cur = out
+        for p in parts[:-1]:
+            i = int(p)
+            while len(cur) <= i:
+                cur.append([])
+            if not isinstance(cur[i], list):
+                cur[i] = [cur[i]]
+            cur = cur[i]
+        i = int(parts[-1])
+        while len(cur) < i:
+            cur.append(None)
+        if len(cur) == i:
+            cur.append(conv(it))
+        else:
+            cur[i] = conv(it)
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ reading
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise DumpError(path, f"cannot be read ({e.strerror or e})") from None
+    if not text.strip():
+        raise DumpError(path, "is empty")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise DumpError(path, f"is not valid JSON (truncated or damaged?): {e.msg} at line {e.lineno}") from None
+
+
+def list_steps_ranks(root: str | os.PathLike[str]) -> list[tuple[int, int]]:
+    root = Path(root)
+    if not root.is_dir():
+        raise DumpError(root, "no such dump folder")
+    out = []
+    for sd in root.iterdir():
+        m = _STEP_RE.match(sd.name)
+        if not (m and sd.is_dir()):
+            continue
+        for rd in sd.iterdir():
+            r = _rank_of(rd.name)
+            if r is not None and (rd / "dump.json").is_file():
+                out.append((int(m.group(1)), r))
+    return sorted(out)
+
+
+def _rank_of(name: str) -> int | None:
+    m = _RANK_RE.match(name)
+    if not m:
+        return None
+    if m.group(2) is not None:
+        return 0  # proc{pid}: a run without torch.distributed
+    return int(m.group(1)) if m.group(1) else 0
+
+
+def resolve(path: str | os.PathLike[str], step: int | None = None, rank: int | None = None) -> tuple[Path, int, int]:
+    """The ``dump.json`` for ``path`` (root, step folder, rank folder or the file), with its step and rank."""
+    p = Path(path)
+    if not p.exists():
+        raise DumpError(p, "no such file or folder")
+    if p.is_file():
+        if p.name != "dump.json":
+            raise DumpError(p, "not a dump: expected a dump folder or its dump.json")
+        return p, _step_of(p.parent.parent.name), _rank_of(p.parent.name) or 0
+    if (p / "dump.json").is_file():
+        return p / "dump.json", _step_of(p.parent.name), _rank_of(p.name) or 0
+    if _STEP_RE.match(p.name):
+        ranks = sorted((r, d) for d in p.iterdir() if d.is_dir() and (r := _rank_of(d.name)) is not None)
+        if not ranks:
+            raise DumpError(p, "a step folder with no rank folder (rank0/, rank/ or proc<pid>/) in it")
+        return _pick_rank(p, ranks, rank), _step_of(p.name), (rank if rank is not None else ranks[0][0])
+    pairs = list_steps_ranks(p)
+    if not pairs:
+        if any(_STEP_RE.match(d.name) for d in p.iterdir()):
+            raise DumpError(p, "step folders hold no rank folder with a dump.json (an interrupted dump?)")
+        raise DumpError(p, "not a dump: no dump.json and no step<N>/rank<R>/dump.json under it")
+    steps = sorted({s for s, _ in pairs})
+    if step is None:
+        step = steps[0]
+    elif step not in steps:
+        raise DumpError(p, f"no step {step} (steps present: {', '.join(map(str, steps))})")
+    sd = p / f"step{step}"
+    ranks = sorted((r, d) for d in sd.iterdir() if d.is_dir() and (r := _rank_of(d.name)) is not None)
+    return _pick_rank(sd, ranks, rank), step, (rank if rank is not None else ranks[0][0])
+
+
+def _pick_rank(step_dir: Path, ranks: list[tuple[int, Path]], rank: int | None) -> Path:
+    if rank is None:
+        rank = ranks[0][0]
+    for r, d in ranks:
+        if r == rank:
+            f = d / "dump.json"
+            if not f.is_file():
+                raise DumpError(d, "no dump.json in this rank folder (an interrupted dump?)")
+            return f
+    have = ", ".join(str(r) for r, _ in ranks)
+    raise DumpError(step_dir, f"no rank {rank} (ranks present: {have})")
+
+
+def _step_of(name: str) -> int:
+    m = _STEP_RE.match(name)
+    return int(m.group(1)) if m else 0
+
+
+def _num(v: Any) -> float | None:
+    if v is None or isinstance(v, bool):
+        return None if v is None else float(v)
+    if isinstance(v, (int, float)):
+        return float(v)
+    if isinstance(v, str):
+        try:
+            return float(v.replace("Infinity", "inf"))
+        except ValueError:
+            return None
+    return None
+
+
+def _tensor(d: dict[str, Any], key: str) -> TensorStats:
+    ref = d.get("data_name")
+    return TensorStats(
+        dtype=str(d.get("dtype")),
+        shape=tuple(int(x) for x in d.get("shape") or ()),
+        max=_num(d.get("Max")),
+        min=_num(d.get("Min")),
+        mean=_num(d.get("Mean")),
+        norm=_num(d.get("Norm")),
+        nan_count=int(d.get("nan_count") or 0),
+        inf_count=int(d.get("inf_count") or 0),
+        fingerprint=tuple(_num(x) or 0.0 for x in d.get("fingerprint") or ()),
+        data_ref=f"dump_tensor_data/{ref}" if ref and ref != "-1" else None,
+        md5=d.get("md5"),
+        key=key,
+        requires_grad=d.get("requires_grad"),
+        device=d.get("device"),
+    )
+
+
+def _is_tensor(d: Any) -> bool:
+    return isinstance(d, dict) and ("dtype" in d and "shape" in d) and d.get("type") != "torch.Size"
+
+
+def _values(v: Any, key: str, out: list, scalars: dict | None) -> None:
+    if _is_tensor(v):
+        out.append(_tensor(v, key))
+    elif isinstance(v, list):
+        for i, x in enumerate(v):
+            _values(x, f"{key}.{i}" if key else str(i), out, scalars)
+    elif isinstance(v, dict) and "type" in v:
+        s = ScalarArg(str(v.get("type")), v.get("value"), key)
+        out.append(s)
+        if scalars is not None:
+            scalars[key] = s.value
+    else:
+        s = ScalarArg("NoneType" if v is None else type(v).__name__, v, key)
+        out.append(s)
+        if scalars is not None:
+            scalars[key] = v
+
+
+_NAME_API = re.compile(r"^(?P<prefix>[A-Za-z_]+)\.(?P<api>.+)\.(?P<idx>\d+)\.(?P<dir>forward|backward)$")
+_NAME_MODULE = re.compile(r"^Module\.(?P<body>.+)\.(?P<dir>forward|backward)\.(?P<idx>\d+)$")
+_NAME_GRAD = re.compile(r"^Module\.(?P<body>.+)\.parameters_grad(?:\.(?P<idx>\d+))?$")
+_API_PREFIX = {"Functional": "torch.nn.functional", "Torch": "torch", "Tensor": "Tensor", "NPU": "torch_npu",
+               "Distributed": "torch.distributed", "Aten": "torch.ops.aten", "VF": "torch._VF"}  # fmt: skip
+
+
+def _parse_name(name: str) -> dict[str, Any] | None:
+    m = _NAME_MODULE.match(name)
+    if m:
+        parts = m.group("body").split(".")
+        cls = parts[-1]
+        path = ".".join(parts[:-1])
+        return {"kind": "module", "module_path": path, "class_name": cls, "direction": m.group("dir"),
+                "call_index": int(m.group("idx")), "api": None}  # fmt: skip
+    m = _NAME_API.match(name)
+    if m:
+        prefix, api = m.group("prefix"), m.group("api")
+        dotted = f"{_API_PREFIX.get(prefix, prefix)}.{api}"
+        return {"kind": "api", "module_path": None, "class_name": None, "direction": m.group("dir"),
+                "call_index": int(m.group("idx")), "api": dotted}  # fmt: skip
+    return None
+
+
+_STACK_LINE = re.compile(r"File (?P<file>.+?), line (?P<line>\d+), in")
+_INTERNAL = ("/torch/", "/msprobe/", "/ascendify/precision/", "/ascendify/emulator/", "/contextlib.py", "<frozen")
+
+
+def _stack_sources(path: Path) -> dict[str, str]:
+    """node name -> "file:line" of the first frame outside torch/msprobe in stack.json (both of its formats)."""
+    if not path.is_file():
+        return {}
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return {}  # the stacks are decoration: a damaged stack.json costs the source lines only
+    out: dict[str, str] = {}
+
+    def first(lines: list) -> str | None:
+        for line in lines or []:
+            m = _STACK_LINE.search(str(line))
+            if m and not any(s in m.group("file") for s in _INTERNAL):
+                return f"{m.group('file')}:{m.group('line')}"
+        return None
+
+    if isinstance(doc, dict):
+        for k, v in doc.items():
+            if isinstance(v, list) and len(v) == 2 and isinstance(v[0], list) and isinstance(v[1], list):
+                src = first(v[1])
+                for n in v[0]:
+                    if src:
+                        out[str(n)] = src
+            elif isinstance(v, list):
+                src = first(v)
+                if src:
+                    out[k] = src
+    return out
+
+
+def load_dump(path: str | os.PathLike[str], step: int | None = None, rank: int | None = None) -> Dump:
+    f, step_n, rank_n = resolve(path, step, rank)
+    doc = _read_json(f)
+    if not isinstance(doc, dict) or not isinstance(doc.get("data"), dict) or "task" not in doc:
+        raise DumpError(f, "not a dump.json: expected an object with 'task' and 'data' (msprobe's layout)")
+    ours = doc.get("ascendify") if isinstance(doc.get("ascendify"), dict) else None
+    if doc.get("framework") not in (None, "pytorch"):
+        raise DumpError(f, f"a {doc.get('framework')} dump; only PyTorch dumps can be read")
+    folder = f.parent
+    construct = {}
+    cpath = folder / "construct.json"
+    if cpath.is_file():
+        c = _read_json(cpath)
+        if isinstance(c, dict):
+            construct = c
+    sources = {} if ours else _stack_sources(folder / "stack.json")
+    nodes: list[Node] = []
+    by_name: dict[str, Node] = {}
+    pending_grads: list[tuple[str, dict]] = []
+    for name, entry in doc["data"].items():
+        if not isinstance(entry, dict):
+            raise DumpError(f, f"entry {name!r} is not an object")
+        g = _NAME_GRAD.match(name)
+        if g:
+            pending_grads.append((name, entry))
+            continue
+        info = _parse_name(name)
+        if info is None:
+            info = {"kind": "api", "module_path": None, "class_name": None, "direction": "forward",
+                    "call_index": 0, "api": name}  # fmt: skip
+        extra = entry.get("ascendify") if isinstance(entry.get("ascendify"), dict) else {}
+        node = Node(
+            name=name,
+            kind=extra.get("kind", info["kind"]),
+            direction=info["direction"],
+            call_index=int(extra.get("call_index", info["call_index"])),
+            order=len(nodes),
+            module_path=extra.get("module_path", info["module_path"]),
+            api=extra.get("api", info["api"]),
+            class_name=extra.get("class_name", info["class_name"]),
+            parent=construct.get(name),
+            source=extra.get("source", sources.get(name)),
+            autocast=extra.get("autocast"),
+        )
+        try:
+            if info["direction"] == "forward":
+                _values(entry.get("input_args", []), "", node.inputs, node.scalars)
+                for k, v in (entry.get("input_kwargs") or {}).items():
+                    _values(v, k, node.inputs, node.scalars)
+            else:
+                _values(entry.get("input", []), "", node.inputs, None)
+            outs: list = []
+            _values(entry.get("output", []), "", outs, None)
+            node.outputs = [x for x in outs if isinstance(x, TensorStats)]
+            for p, v in (entry.get("parameters") or {}).items():
+                if _is_tensor(v):
+                    node.params[p] = _tensor(v, p)
+        except (TypeError, ValueError, AttributeError) as e:
+            raise DumpError(f, f"entry {name!r} is malformed: {e}") from None
+        nodes.append(node)
+        by_name[name] = node
+    if not ours:
+        _infer_api_module_paths(nodes, by_name)
+    for name, entry in pending_grads:
+        g = _NAME_GRAD.match(name)
+        assert g is not None
+        idx = g.group("idx") or "0"
+        target = by_name.get(f"Module.{g.group('body')}.backward.{idx}")
+        if target is None:
+            info = _parse_name(f"Module.{g.group('body')}.backward.{idx}") or {}
+            target = Node(name=f"Module.{g.group('body')}.backward.{idx}", kind="module", direction="backward",
+                          call_index=int(idx), order=len(nodes), module_path=info.get("module_path"),
+                          class_name=info.get("class_name"))  # fmt: skip
+            nodes.append(target)
+            by_name[target.name] = target
+        for p, v in entry.items():
+            v = v[0] if isinstance(v, list) and v else v
+            if _is_tensor(v):
+                target.grads[p] = _tensor(v, p)
+    meta = dict(ours or {})
+    meta.setdefault("task", doc.get("task"))
+    meta["msprobe_level"] = doc.get("level")
+    level = (ours or {}).get("level") or _LEVEL_FROM_MSPROBE.get(str(doc.get("level")), "mix")
+    task = doc.get("task")
+    mode = (ours or {}).get("mode") or ("tensors" if task == "tensor" else "stats")
+    if not ours and any(t.md5 for n in nodes for t in n.outputs):
+        mode = "checksum"
+    return Dump(
+        root=str(folder),
+        step=int((ours or {}).get("step", step_n)),
+        rank=int((ours or {}).get("rank", rank_n)),
+        framework="ascendify" if ours else "msprobe",
+        level=level,
+        mode=mode,
+        nodes=nodes,
+        meta=meta,
+    )
+
+
+def _infer_api_module_paths(nodes: list[Node], by_name: dict[str, Node]) -> None:
+    """msprobe dumps: an api node's module path is its parent module node's path (from construct.json)."""
+    for n in nodes:
+        if n.kind == "api" and n.module_path is None and n.parent:
+            p = by_name.get(n.parent)
+            if p is not None and p.kind == "module":
+                n.module_path = p.module_path
+
+
+def load_tensor(root: str | os.PathLike[str], stats: TensorStats):
+    """The saved array of ``stats`` (numpy; bfloat16 as float32), or None when the dump holds no data for it."""
+    if not stats.data_ref:
+        return None
+    path = Path(root) / stats.data_ref
+    if not path.is_file():
+        raise DumpError(path, "tensor file missing")
+    if path.suffix == ".npy":
+        import numpy as np
+
+        try:
+            return np.load(path, allow_pickle=False)
+        except ValueError as e:
+            raise DumpError(path, f"not a plain array file: {e}") from None
+    import torch
+
+    try:
+        t = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:
+        raise DumpError(path, f"not a plain tensor file (loaded with weights_only=True): {e}") from None
+    if not isinstance(t, torch.Tensor):
+        raise DumpError(path, f"holds a {type(t).__name__}, not a tensor")
+    if t.dtype in (torch.bfloat16, torch.float16):
+        t = t.float()
+    return t.detach().numpy()
