@@ -1,10 +1,12 @@
 """Running the example projects' scripts from tests: where they are, tiny flags, a clean child environment, and
-the JSON summary each run prints. Shared by tests/examples, tests/migrate (and usable by any test package)."""
+the JSON summary each run prints. Shared by tests/examples, tests/migrate (and usable by any test package).
+Also the checkout state that tests/conftest.py's guard compares (:func:`tree_state`)."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -49,3 +51,27 @@ def summary_of(proc: subprocess.CompletedProcess) -> dict:
             if isinstance(value, dict):
                 return value
     raise AssertionError(f"no JSON summary in the output:\n{proc.stdout[-3000:]}")
+
+
+_CACHES = ("__pycache__", ".pytest_cache", ".ruff_cache", ".egg-info")
+
+
+def tree_state(repo: Path = REPO) -> set[str] | None:
+    """The checkout's state as the source-tree guard sees it (see tests/conftest.py): the ``git status
+    --porcelain --ignored`` lines for ``examples/`` and for ignored files anywhere, caches left out. None where
+    ``repo`` is not a git checkout."""
+    if shutil.which("git") is None or not (repo / ".git").exists():
+        return None
+    try:
+        out = subprocess.run(["git", "status", "--porcelain", "--ignored"], cwd=repo, capture_output=True,
+                             text=True, timeout=60, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    state = set()
+    for line in out.splitlines():
+        path = line[3:]
+        if any(c in path for c in _CACHES):
+            continue
+        if path.startswith("examples/") or line.startswith("!! "):
+            state.add(line)
+    return state

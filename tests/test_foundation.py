@@ -72,3 +72,27 @@ def test_patches_restore_own_inherited_and_undo_steps_in_reverse():
     assert Child().f() == "base" and "f" not in vars(Child)
     assert Child.g == 1
     assert calls == ["second", "first"]
+
+
+def test_source_tree_guard_sees_outputs_in_examples_and_ignored_files(tmp_path):
+    from example_runs import tree_state
+
+    git = ["git", "-c", "user.email=t@example.com", "-c", "user.name=t"]
+    subprocess.run([*git, "init", "-q", str(tmp_path)], check=True)
+    (tmp_path / ".gitignore").write_text("*.pt\n__pycache__/\n/out/\n")
+    (tmp_path / "examples").mkdir()
+    (tmp_path / "examples" / "train.py").write_text("x = 1\n")
+    (tmp_path / "src").mkdir()
+    subprocess.run([*git, "add", "."], cwd=tmp_path, check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "init"], cwd=tmp_path, check=True)
+    clean = tree_state(tmp_path)
+    assert clean == set()
+    (tmp_path / "src" / "new_module.py").write_text("")  # someone's work in progress: not a test's output
+    (tmp_path / "examples" / "__pycache__").mkdir()
+    (tmp_path / "examples" / "__pycache__" / "train.cpython-311.pyc").write_bytes(b"")
+    assert tree_state(tmp_path) == clean
+    (tmp_path / "examples" / "ckpt_cuda.pt").write_bytes(b"")
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "report.json").write_text("{}")
+    (tmp_path / "examples" / "train.py").write_text("x = 2\n")
+    assert tree_state(tmp_path) == {"!! examples/ckpt_cuda.pt", "!! out/", " M examples/train.py"}

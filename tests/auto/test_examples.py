@@ -5,6 +5,7 @@ numbers as their hand-ported versions on the same device (CPU: ``examples/portab
 from __future__ import annotations
 
 import subprocess
+from pathlib import Path
 
 import pytest
 from auto_support import PYTHON, REPO, last_json, run_cmd
@@ -23,18 +24,21 @@ TINY = {
 pytestmark = pytest.mark.slow
 
 
-def _pair(cuda_cmd: list[str], ref_cmd: list[str], ref_dir: str) -> tuple[dict, dict, str]:
+def _pair(cuda_cmd: list[str], ref_cmd: list[str], ref_dir: str, tmp_path: Path) -> tuple[dict, dict, str]:
+    """Run ``cuda_cmd`` (scripts of examples/cuda_project) and ``ref_cmd`` (of examples/REF_DIR) concurrently,
+    each from its own empty folder under ``tmp_path``: what they write (checkpoints) stays out of examples/."""
     env = {"OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     import os
 
     base = {k: v for k, v in os.environ.items() if not k.startswith("ASCENDIFY_")}
     base.update(env)
-    procs = [
-        subprocess.Popen(cuda_cmd, cwd=EXAMPLES / "cuda_project", env=base, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True),
-        subprocess.Popen(ref_cmd, cwd=EXAMPLES / ref_dir, env=base, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True),
-    ]
+    procs = []
+    for cmd, project in ((cuda_cmd, "cuda_project"), (ref_cmd, ref_dir)):
+        cwd = tmp_path / project
+        cwd.mkdir()
+        cmd = [str(EXAMPLES / project / w) if w in TINY else w for w in cmd]  # the script, by its full path
+        procs.append(subprocess.Popen(cmd, cwd=cwd, env=base, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      text=True))
     outs = [p.communicate(timeout=300) for p in procs]
     for p, (_out, err) in zip(procs, outs, strict=True):
         assert p.returncode == 0, f"{p.args}\n{err[-3000:]}"
@@ -51,10 +55,10 @@ def _same(a: dict, b: dict, kind: str) -> None:
     ("train_imagenet.py", ["--amp"]),
     ("infer.py", []),
 ])
-def test_cuda_examples_on_cpu_match_portable_versions(script, extra):
+def test_cuda_examples_on_cpu_match_portable_versions(script, extra, tmp_path):
     args = TINY[script] + extra
     got, ref, stderr = _pair([PYTHON, "-m", "ascendify", "run", "--to", "cpu", script, *args],
-                             [PYTHON, script, *args], "portable_project")
+                             [PYTHON, script, *args], "portable_project", tmp_path)
     _same(got, ref, "infer" if script == "infer.py" else "train")
     assert "ascendify run → cpu" in stderr
 
@@ -64,11 +68,11 @@ def test_cuda_examples_on_cpu_match_portable_versions(script, extra):
     ("train_imagenet.py", ["--amp"]),
     ("infer.py", []),
 ])
-def test_cuda_examples_on_emulated_npu_match_npu_versions(script, extra):
+def test_cuda_examples_on_emulated_npu_match_npu_versions(script, extra, tmp_path):
     args = TINY[script] + extra
     got, ref, stderr = _pair([PYTHON, "-m", "ascendify", "run", "--to", "npu", script, *args],
                              [PYTHON, "-m", "ascendify", "emulate", "-q", "--", PYTHON, script, *args],
-                             "npu_project")
+                             "npu_project", tmp_path)
     _same(got, ref, "infer" if script == "infer.py" else "train")
     assert "npu (emulated)" in stderr
 
