@@ -40,7 +40,7 @@ class Attention(nn.Module):
         q, k, v = self.split_heads(q), self.split_heads(k), self.split_heads(v)
         att = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
         mask = torch.ones(att.shape[-2:], dtype=torch.bool, device=x.device).tril()
-        att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+        att = att.masked_fill(~mask, torch.finfo(att.dtype).min).softmax(dim=-1)
         return self.proj(self.merge_heads(att @ v))
 
 
@@ -115,7 +115,7 @@ class HeadSwapAttention(Attention):
         q, k, v = self.split_heads(q), self.split_heads(k), self.split_heads(v)
         att = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
         mask = torch.ones(att.shape[-2:], dtype=torch.bool, device=x.device).tril()
-        att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+        att = att.masked_fill(~mask, torch.finfo(att.dtype).min).softmax(dim=-1)
         y = att @ v
         y = y[:, [1, 0, *range(2, self.heads)]]
         return self.proj(self.merge_heads(y))

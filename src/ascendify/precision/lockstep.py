@@ -452,7 +452,7 @@ def compare_models(
         tk = [c.key() for c in trec.calls]
         m = matching.match_calls(gk, tk)
         t2g = m.target_to_golden()
-        aliased = _alias_wrappers(trec.calls, tk, t2g)
+        aliased = matching.alias_wrappers(tk, [c.parent for c in trec.calls], t2g)
         ac = str(target_autocast) if target_autocast is not None else None
         gdt = str(golden_dtype)
 
@@ -563,35 +563,6 @@ def _leaf_counts(calls: list[_Call]) -> list[int]:
         if p is not None:
             counts[p] += counts[i]
     return counts
-
-
-def _alias_wrappers(calls: list[_Call], keys: list[matching.CallKey], t2g: dict[int, int]) -> set[int]:
-    """Give unmatched wrapper levels the golden counterpart of the call they wrap (or that wraps them): a module
-    whose only child has its inputs and outputs stands for the same golden call. Updates ``t2g``; returns the
-    aliased target indices."""
-    children: dict[int, list[int]] = {}
-    for i, c in enumerate(calls):
-        if c.parent is not None and c.kind == "module":
-            children.setdefault(c.parent, []).append(i)
-    same = lambda a, b: keys[a].in_shapes == keys[b].in_shapes and keys[a].out_shapes == keys[b].out_shapes  # noqa: E731
-    aliased: set[int] = set()
-    changed = True
-    while changed:
-        changed = False
-        for i, c in enumerate(calls):
-            if i in t2g or c.kind != "module":
-                continue
-            kids = children.get(i, [])
-            p = c.parent
-            if len(kids) == 1 and kids[0] in t2g and same(i, kids[0]):
-                t2g[i] = t2g[kids[0]]
-            elif p is not None and p in t2g and children.get(p) == [i] and same(i, p):
-                t2g[i] = t2g[p]
-            else:
-                continue
-            aliased.add(i)
-            changed = True
-    return aliased
 
 
 def _judge(node: NodeResult, tc: _Call, gc: _Call) -> None:

@@ -197,3 +197,36 @@ def explain_unmatched(keys: list[CallKey], index: int, side: str) -> str:
     if side == "target":
         return "extra call in the target (no golden counterpart)"
     return "missing in the target (no target counterpart)"
+
+
+def alias_wrappers(keys: list[CallKey], parents: list[int | None], t2g: dict[int, int]) -> set[int]:
+    """Give unmatched target wrapper levels the golden counterpart of the call they wrap (or that wraps them): a
+    module whose only child module call has its inputs and outputs stands for the same golden call (an extra
+    ``Wrapper.inner`` level, a ``Scaled(inner)`` around a layer). ``parents`` are the target calls' enclosing call
+    indices. Updates ``t2g`` (target index -> golden index); returns the aliased target indices."""
+    children: dict[int, list[int]] = {}
+    for i, p in enumerate(parents):
+        if p is not None and keys[i].kind == "module":
+            children.setdefault(p, []).append(i)
+
+    def same(a: int, b: int) -> bool:
+        return keys[a].in_shapes == keys[b].in_shapes and keys[a].out_shapes == keys[b].out_shapes
+
+    aliased: set[int] = set()
+    changed = True
+    while changed:
+        changed = False
+        for i, k in enumerate(keys):
+            if i in t2g or k.kind != "module":
+                continue
+            kids = children.get(i, [])
+            p = parents[i]
+            if len(kids) == 1 and kids[0] in t2g and same(i, kids[0]):
+                t2g[i] = t2g[kids[0]]
+            elif p is not None and p in t2g and children.get(p) == [i] and same(i, p):
+                t2g[i] = t2g[p]
+            else:
+                continue
+            aliased.add(i)
+            changed = True
+    return aliased

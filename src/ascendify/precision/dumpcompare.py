@@ -1,0 +1,259 @@
+"""Compare two dumps (ours or msprobe's): match their nodes, measure each node's error, name the first divergence.
+
+``compare_dumps(golden, target)`` loads both (``model.load_dump``), matches forward nodes structurally
+(``matching``: module path, call order, class, shapes; wrapper levels and renamed classes survive), and judges
+each matched target node:
+
+* **local error from statistics**: the node's output error (relative error of the L2 norm and of the
+  fingerprint, ``metrics.stat_rel_errors``; tensor-mode dumps use the saved arrays) is its own only when its
+  inputs agree. A node is flagged when its inputs agree within the limit for the dtype it computed in
+  (``thresholds``) and its outputs do not. Downstream of a defect every input disagrees: those nodes show the
+  inherited error and are not flagged (msprobe flags them, and names the first LayerNorm after the defect);
+* **metadata**: output shapes, NaN/Inf counts, a floating dtype that neither the golden dump nor the target's
+  autocast explains (float16 inside a bf16 autocast run), and scalar arguments that differ (an ``eps``, an
+  ``approximate="tanh"``). Integer arguments (dims, sizes) are reported, not flagged.
+
+The first divergence is the first flagged node with no flagged descendant (``divergence``).
+
+Bad input raises ``DumpError`` naming the file: a truncated or foreign dump (from ``load_dump``), or two dumps
+of different models (fewer than half of the golden module calls find a counterpart).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ascendify.precision import matching, metrics, thresholds
+from ascendify.precision.divergence import ComparisonResult, NodeResult
+from ascendify.precision.model import Dump, DumpError, Node, ScalarArg, TensorStats, load_dump
+
+# below this share of matched golden module calls, two dumps are taken to be of different models
+MIN_MATCHED_SHARE = 0.5
+
+
+def _depths(nodes: list[Node]) -> list[int]:
+    by_name = {n.name: i for i, n in enumerate(nodes)}
+    depth: list[int] = []
+    for n in nodes:
+        p = by_name.get(n.parent) if n.parent else None
+        depth.append(depth[p] + 1 if p is not None and p < len(depth) else 0)
+    return depth
+
+
+def _key(n: Node, depth: int) -> matching.CallKey:
+    tin = [x for x in n.inputs if isinstance(x, TensorStats)]
+    own = tuple(tuple(s.shape) for s in n.params.values())
+    return matching.CallKey(
+        path=(n.module_path or "") if n.kind == "module" else (n.api or n.name),
+        kind=n.kind,
+        class_name=n.class_name,
+        in_shapes=tuple(tuple(t.shape) for t in tin),
+        out_shapes=tuple(tuple(t.shape) for t in n.outputs),
+        own_params=own,
+        call_index=n.call_index,
+        owner=n.module_path if n.kind == "api" else None,
+        depth=depth,
+    )
+
+
+def _worst(pairs: list[tuple[TensorStats, TensorStats]]) -> dict[str, Any]:
+    """The stats comparison of the worst pair (largest ``worst``), with the count of pairs."""
+    worst: dict[str, Any] | None = None
+    for a, b in pairs:
+        if not (a.is_float and b.is_float):
+            continue
+        m = metrics.stat_rel_errors(a, b)
+        if m.get("shape_mismatch"):
+            return m
+        if worst is None or (m.get("worst") or 0.0) > (worst.get("worst") or 0.0):
+            worst = m
+    out = worst or {"worst": None}
+    out["tensors"] = len(pairs)
+    return out
+
+
+def _tensor_local(gd: Dump, td: Dump, a: TensorStats, b: TensorStats) -> dict[str, Any] | None:
+    """Tensor-mode dumps: full metrics from the saved arrays (None when either was not saved)."""
+    if not (a.data_ref and b.data_ref):
+        return None
+    import torch
+
+    x, y = td.load_tensor(a), gd.load_tensor(b)
+    if x is None or y is None:
+        return None
+    return metrics.tensor_metrics(torch.as_tensor(x), torch.as_tensor(y), a.dtype)
+
+
+def _scalars(n: Node) -> dict[str, Any]:
+    """Non-tensor arguments by key; devices left out (a target on another device is the point of comparing)."""
+    out = {
+        x.key or f"arg{i}": x.value
+        for i, x in enumerate(n.inputs)
+        if isinstance(x, ScalarArg) and x.type not in ("torch.device", "device")
+    }
+    out.update({k: v for k, v in (n.scalars or {}).items() if k != "device"})
+    return out
+
+
+def _reduction(n: Node) -> int | None:
+    k = 0
+    for p in n.params.values():
+        if len(p.shape) >= 2:
+            k = max(k, p.numel // p.shape[0])
+    return k or None
+
+
+def _judge(node: NodeResult, g: Node, t: Node, gd: Dump, td: Dump, tolerance: float) -> None:
+    ac = t.autocast
+    dts = [x.dtype for x in (*t.tensor_inputs, *t.outputs) if x.is_float]
+    cdt = thresholds.compute_dtype(dts, ac)
+    lim = thresholds.limit(cdt, _reduction(t), scale=tolerance)
+    node.compute_dtype, node.limit = cdt, lim.rel_l2
+    gin, tin = g.tensor_inputs, t.tensor_inputs
+    node.inputs = _worst(list(zip(tin, gin, strict=False))) if len(gin) == len(tin) else {"input_count": [len(tin), len(gin)]}
+    if len(g.outputs) != len(t.outputs):
+        node.reasons.append(f"{len(t.outputs)} outputs vs golden {len(g.outputs)}")
+        node.flagged = True
+        return
+    node.total = _worst(list(zip(t.outputs, g.outputs, strict=True)))
+    if node.total.get("shape_mismatch"):
+        node.reasons.append(f"output shape {node.total['shape'][0]} vs golden {node.total['shape'][1]}")
+    # tensor mode: real metrics
+    full = [_tensor_local(gd, td, a, b) for a, b in zip(t.outputs, g.outputs, strict=True)]
+    full = [f for f in full if f]
+    if full:
+        node.total = max(full, key=lambda m: m.get("rel_l2", 0.0))
+    out_err = node.total.get("rel_l2", node.total.get("worst"))
+    in_err = node.inputs.get("worst") if node.inputs else None
+    inputs_agree = in_err is None or in_err <= lim.rel_l2
+    if out_err is not None and out_err > lim.rel_l2:
+        if inputs_agree:
+            node.local = dict(node.total)
+            node.reasons.append(
+                f"output error {out_err:.2e} > limit {lim.rel_l2:.1e} for {cdt} while inputs agree "
+                f"(input error {0.0 if in_err is None else in_err:.1e})"
+            )
+        else:
+            node.note = f"inherited: inputs already differ by {in_err:.1e}"
+    elif out_err is not None:
+        node.local = dict(node.total)
+    # metadata
+    for a, b in zip(t.outputs, g.outputs, strict=True):
+        if (a.nan_count > 0) != (b.nan_count > 0) or (a.inf_count > 0) != (b.inf_count > 0):
+            if inputs_agree:
+                node.reasons.append(f"NaN/Inf: target {a.nan_count}/{a.inf_count} vs golden {b.nan_count}/{b.inf_count}")
+            break
+    for a, b in zip(t.outputs, g.outputs, strict=True):
+        if a.is_float and b.is_float and a.dtype != b.dtype:
+            allowed = {thresholds.canonical(b.dtype), thresholds.canonical(ac)} if ac else {b.dtype}
+            allowed.add("torch.float32")
+            if ac is None and g.autocast is None:
+                allowed = {b.dtype}
+            if thresholds.canonical(a.dtype) not in allowed:
+                node.reasons.append(
+                    f"dtype {a.dtype} where golden has {b.dtype}" + (f" and autocast is {ac}" if ac else "")
+                )
+                break
+    gs, ts = _scalars(g), _scalars(t)
+    diffs = []
+    for k in sorted(set(gs) & set(ts)):
+        gv, tv = gs[k], ts[k]
+        if gv == tv:
+            continue
+        if isinstance(gv, (float, str, bool)) or isinstance(tv, (float, str, bool)):
+            if isinstance(gv, (int, float)) and isinstance(tv, (int, float)) and not isinstance(gv, bool):
+                # a constant rounded to the compute dtype (finfo(bf16).min vs finfo(fp32).min) is the same constant
+                if abs(gv - tv) <= 2 * lim.eps * max(abs(gv), abs(tv)):
+                    continue
+            diffs.append(f"{k}={tv!r} vs golden {gv!r}")
+        else:
+            node.note = (node.note + "; " if node.note else "") + f"argument {k}={tv!r} vs golden {gv!r}"
+    if diffs:
+        node.reasons.append("arguments differ: " + ", ".join(diffs))
+    node.flagged = bool(node.reasons)
+
+
+def _load(d: Dump | str | Path, step: int | None, rank: int | None) -> Dump:
+    return d if isinstance(d, Dump) else load_dump(d, step=step, rank=rank)
+
+
+def compare_dumps(
+    golden: Dump | str | Path,
+    target: Dump | str | Path,
+    *,
+    step: int | None = None,
+    rank: int | None = None,
+    tolerance: float = 1.0,
+) -> ComparisonResult:
+    """Compare the forward nodes of two dumps (see the module docstring). ``golden``/``target`` are ``Dump``
+    objects or paths ``load_dump`` accepts; ``tolerance`` multiplies every limit."""
+    gd, td = _load(golden, step, rank), _load(target, step, rank)
+    gn, tn = gd.forward(), td.forward()
+    if not gn:
+        raise DumpError(gd.root, "the golden dump holds no forward nodes")
+    if not tn:
+        raise DumpError(td.root, "the target dump holds no forward nodes")
+    gk = [_key(n, d) for n, d in zip(gn, _depths(gn), strict=True)]
+    tk = [_key(n, d) for n, d in zip(tn, _depths(tn), strict=True)]
+    m = matching.match_calls(gk, tk)
+    g_mod = [i for i, k in enumerate(gk) if k.kind == "module"] or list(range(len(gk)))
+    matched_g = {g for g, _ in m.pairs}
+    share = sum(1 for i in g_mod if i in matched_g) / len(g_mod)
+    if share < MIN_MATCHED_SHARE:
+        raise DumpError(
+            td.root,
+            f"not a dump of the same model as {gd.root}: only {share:.0%} of its {len(g_mod)} golden "
+            "calls find a counterpart (compare dumps of one model, or use --model for two implementations)",
+        )
+    t2g = m.target_to_golden()
+    index = {n.name: i for i, n in enumerate(tn)}
+    parents = [index.get(n.parent) if n.parent else None for n in tn]
+    aliased = matching.alias_wrappers(tk, parents, t2g)
+    nodes: list[NodeResult] = []
+    for ti, t in enumerate(tn):
+        node = NodeResult(
+            name=t.name,
+            kind=t.kind,
+            module=t.module_path,
+            api=t.api,
+            class_name=t.class_name,
+            order=ti,
+            depth=tk[ti].depth,
+            parent=index.get(t.parent) if t.parent else None,
+            source=t.source,
+        )
+        nodes.append(node)
+        gi = t2g.get(ti)
+        if gi is None:
+            node.note = matching.explain_unmatched(tk, ti, "target")
+            continue
+        node.golden_name = gn[gi].name
+        if ti in aliased:
+            node.note = f"wrapper level: compared with golden {gn[gi].name}"
+        _judge(node, gn[gi], t, gd, td, tolerance)
+    return ComparisonResult(
+        mode="dump",
+        golden=f"{gd.root} ({gd.framework}, {gd.level}, {gd.mode}, step {gd.step}, rank {gd.rank})",
+        target=f"{td.root} ({td.framework}, {td.level}, {td.mode}, step {td.step}, rank {td.rank})",
+        nodes=nodes,
+        unmatched_golden=[
+            {"name": gn[i].name, "reason": matching.explain_unmatched(gk, i, "golden")} for i in m.unmatched_golden
+        ],
+        unmatched_target=[
+            {"name": tn[i].name, "reason": nodes[i].note} for i in m.unmatched_target if i not in aliased
+        ],
+        meta={
+            "golden_root": gd.root,
+            "target_root": td.root,
+            "golden_framework": gd.framework,
+            "target_framework": td.framework,
+            "level": [gd.level, td.level],
+            "mode": [gd.mode, td.mode],
+            "step": [gd.step, td.step],
+            "rank": [gd.rank, td.rank],
+            "tolerance": tolerance,
+            "golden_meta": gd.meta,
+            "target_meta": td.meta,
+        },
+    )
