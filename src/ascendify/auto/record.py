@@ -157,6 +157,9 @@ class Recorder:
     def unsupported_call(self, api: str, reason: str, ignorable: bool = False) -> None:
         """Record an unsupported call; raise :class:`UnsupportedOnTarget` unless it is ignorable and not strict."""
         site = call_site(3)
+        if self.strict and ignorable:  # the reason tells what happens without --strict: say what happens now
+            reason = (reason.replace("; skipped", "") + "; --strict made this call an error (without --strict it "
+                      "is skipped)")
         e = self.unsupported.get(api)
         if e is None:
             self.unsupported[api] = [1, site, reason]

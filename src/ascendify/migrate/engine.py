@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from . import portable
 from .dataflow import Roles
 from .imports import ImportTable, dotted_parts
+from .layout import wrap_long_lines
 from .model import ADVICE, API, CHANGE, MANUAL, REPORT, REVIEW, UNSAFE, UNSUPPORTED, Edit, FileResult, Finding
 from .rules import RULES, Rule
 from .rules.base import NPU
@@ -436,18 +437,31 @@ def _insert_device_type(ctx: Context) -> Edit:
     torch = ctx.imports.local_for("torch") or "torch"
     text = portable.device_type_block(torch, nl) if ctx.need_device_type else ""
     for name in ctx.need_helpers:
-        text += portable.helper_block(name, nl)
+        text += nl + nl + portable.helper_source(name).replace("\n", nl)
     after = _leading_imports_end(ctx)
     if after == 0:
         first = ctx.tree.body[0] if ctx.tree.body else None
         pos = src.line_starts[first.lineno - 1] if first is not None else len(src.text)
-        return Edit(pos, pos, text.lstrip("\r\n") + nl)
+        # a class ends the block: two blank lines before what follows (as PEP 8 has it), else one
+        return Edit(pos, pos, text.lstrip("\r\n") + nl * (2 if ctx.need_helpers else 1))
     if after < len(src.line_starts):
         pos = src.line_starts[after]
         if pos == len(src.text) and not src.text.endswith(("\n", "\r")):
             text = nl + text
+        elif ctx.need_helpers:  # the file's own blank lines follow: top up to two, never more
+            text = text.rstrip("\r\n") + nl + nl * max(0, 2 - _blank_lines_at(src.text, pos))
         return Edit(pos, pos, text)
     return Edit(len(src.text), len(src.text), nl + text.rstrip("\r\n"))
+
+
+def _blank_lines_at(text: str, pos: int) -> int:
+    """How many blank lines start at offset ``pos``."""
+    n = 0
+    for line in text[pos : pos + 400].splitlines(keepends=True):
+        if line.strip() or not line.endswith(("\n", "\r")):
+            break
+        n += 1
+    return n
 
 
 def _insert_imports(ctx: Context, modules: list[str]) -> Edit | None:
@@ -549,6 +563,13 @@ def migrate_source(data: bytes | str, options: Options, path: str = "<string>") 
             ast.parse(new_text)
         except SyntaxError:  # some change broke the code: keep only the changes that parse
             new_text = _keep_parsable(src.text, findings)
+        wrapped = wrap_long_lines(new_text, src.text)  # no changed line longer than the file's longest
+        if wrapped is not new_text:
+            try:
+                ast.parse(wrapped)
+                new_text = wrapped
+            except SyntaxError:  # pragma: no cover - breaks fall inside brackets only
+                pass
         result.status = "changed" if new_text != src.text else "unchanged"
     findings.sort(key=lambda f: (f.line, f.rule, f.kind))
     result.findings = findings

@@ -13,19 +13,23 @@ def device_type_expr(torch: str = "torch") -> str:
 
 
 # The portable output names the device type once per file, after its imports:
-#     # ascendify: the accelerator's device type ("npu", "cuda", "xpu", "mps"), else "cpu"
-#     DEVICE_TYPE = (torch.accelerator.current_accelerator(check_available=True) or torch.device("cpu")).type
+#     # ascendify: the accelerator in use ("npu", "cuda"...), else "cpu"
+#     DEVICE_TYPE = (torch.accelerator.current_accelerator(check_available=True)
+#                    or torch.device("cpu")).type
+# (two lines: they fit PEP 8's 79 columns)
 DEVICE_TYPE_NAME = "DEVICE_TYPE"
-DEVICE_TYPE_COMMENT = '# ascendify: the accelerator\'s device type ("npu", "cuda", "xpu", "mps"), else "cpu"'
+DEVICE_TYPE_COMMENT = '# ascendify: the accelerator in use ("npu", "cuda"...), else "cpu"'
 
 
-def device_type_definition(torch: str = "torch") -> str:
-    return f"{DEVICE_TYPE_NAME} = {device_type_expr(torch)}"
+def device_type_definition(torch: str = "torch", nl: str = "\n") -> str:
+    head = f"{DEVICE_TYPE_NAME} = ("
+    return (f"{head}{torch}.accelerator.current_accelerator(check_available=True){nl}"
+            f"{' ' * len(head)}or {torch}.device(\"cpu\")).type")
 
 
 def device_type_block(torch: str = "torch", nl: str = "\n") -> str:
     """The lines added after a file's imports (with a blank line before them)."""
-    return f"{nl}{DEVICE_TYPE_COMMENT}{nl}{device_type_definition(torch)}{nl}"
+    return f"{nl}{DEVICE_TYPE_COMMENT}{nl}{device_type_definition(torch, nl)}{nl}"
 
 
 def accel_available(torch: str = "torch") -> str:
@@ -39,7 +43,7 @@ HOST_EVENT = "HostEvent"
 _HELPERS: dict[str, list[str]] = {
     HOST_EVENT: [
         "class HostEvent:",
-        '    """ascendify: stands in for torch.Event on the CPU (no device events there): host clock, in ms."""',
+        '    """ascendify: timing on the host clock (the CPU has no torch.Event)."""',
         "",
         "    def __init__(self, *args, **kwargs):",
         "        self.t = 0.0",
@@ -63,11 +67,6 @@ _HELPERS: dict[str, list[str]] = {
     ],
 }
 HELPERS = tuple(_HELPERS)
-
-
-def helper_block(name: str, nl: str = "\n") -> str:
-    """The definition of helper ``name``, with two blank lines before it."""
-    return nl + nl + nl.join(_HELPERS[name]) + nl + nl
 
 
 def helper_source(name: str) -> str:

@@ -101,16 +101,25 @@ def type_edit(a: int, b: int, text: str) -> Edit:
     `if x.is_cuda: ...`
 
     ## Use instead
-    `--to npu`: `x.is_npu`. `--to portable`: `(not x.is_cpu)` ("is it on the accelerator?": the branch it
-    gates is skipped on the CPU), except as the test of an `assert`, which states where the data must live:
+    `--to npu`: `x.is_npu`. `--to portable`: `not x.is_cpu` ("is it on the accelerator?": the branch it
+    gates is skipped on the CPU; parenthesised only where an operator needs it, and `not x.is_cuda` reads
+    `x.is_cpu`), except as the test of an `assert`, which states where the data must live:
     `assert x.device.type == DEVICE_TYPE` (the program's device), so the assertion holds on the CPU too.
+    A file that defines an `is_cuda` of its own (`self.is_cuda = ...`, a method or class attribute) gets no
+    rename at all (each read is listed): renaming only the reads would break its attribute.
 
     ## Fix safety
     Safe.
     """,
     examples=[
         Example("if x.is_cuda:\n    pass\n", "if x.is_npu:\n    pass\n"),
-        Example("ok = x.is_cuda and y\n", "ok = (not x.is_cpu) and y\n", target=PORTABLE),
+        Example("ok = x.is_cuda and y\n", "ok = not x.is_cpu and y\n", target=PORTABLE),
+        Example("if not x.is_cuda:\n    x = x.to(dev)\n", "if x.is_cpu:\n    x = x.to(dev)\n", target=PORTABLE,
+                note="`not x.is_cuda` reads `x.is_cpu`, never `not (not x.is_cpu)`"),
+        Example("same = x.is_cuda == y.is_cuda\n", "same = (not x.is_cpu) == (not y.is_cpu)\n", target=PORTABLE),
+        Example("class Batch:\n    def __init__(self):\n        self.is_cuda = False\n\n"
+                "    def check(self, x):\n        return self.is_cuda and x.is_cuda\n", None,
+                note="the file's own `is_cuda` attribute: renamed nowhere rather than only where it is read"),
         Example('import torch\nassert x.is_cuda, "on the GPU"\n',
                 "import torch\n" + DT_BLOCK + 'assert x.device.type == DEVICE_TYPE, "on the GPU"\n', target=PORTABLE),
     ],
@@ -119,19 +128,66 @@ def type_edit(a: int, b: int, text: str) -> Edit:
 def is_cuda(ctx, node: ast.Attribute) -> None:
     if node.attr != "is_cuda" or ctx.qname(node) is not None:
         return
+    if _own_is_cuda(ctx):  # renaming only the reads would break the file's own attribute: rename none
+        ctx.report(node, api=".is_cuda", severity=MANUAL,
+                   reason="this file defines its own `is_cuda` (an attribute or method), so no `.is_cuda` in it "
+                          "is renamed",
+                   tip="rename the tensor checks by hand (`x.is_npu`, or `not x.is_cpu` for any accelerator)")
+        return
     a, b = ctx.span(node)
     if ctx.src.text[b - 7 : b] != "is_cuda":
         return ctx.change(node, [None], api=".is_cuda")
     if ctx.target == NPU:
         ctx.change(node, [type_edit(b - 7, b, "is_npu")], api=".is_cuda")
+        return
+    va, vb = ctx.span(node.value)
+    p = ctx.parent(node)
+    if isinstance(p, ast.Assert) and p.test is node:  # states where the data lives: the program's device
+        text = f"{ctx.hole_span(va, vb)}.device.type == {ctx.device_type_expr()}"
+    elif isinstance(p, ast.UnaryOp) and isinstance(p.op, ast.Not):  # `not x.is_cuda`: `x.is_cpu`
+        pa, pb = ctx.span(p)
+        ctx.change(node, [type_edit(pa, pb, f"{ctx.hole_span(va, vb)}.is_cpu")], api=".is_cuda")
+        return
+    elif _bare_not_ok(node, p):  # gates accelerator-only work
+        text = f"not {ctx.hole_span(va, vb)}.is_cpu"
     else:
-        va, vb = ctx.span(node.value)
-        p = ctx.parent(node)
-        if isinstance(p, ast.Assert) and p.test is node:  # states where the data lives: the program's device
-            text = f"{ctx.hole_span(va, vb)}.device.type == {ctx.device_type_expr()}"
-        else:  # gates accelerator-only work
-            text = f"(not {ctx.hole_span(va, vb)}.is_cpu)"
-        ctx.change(node, [type_edit(a, b, text)], api=".is_cuda")
+        text = f"(not {ctx.hole_span(va, vb)}.is_cpu)"
+    ctx.change(node, [type_edit(a, b, text)], api=".is_cuda")
+
+
+# Where `not x` needs no parentheses: a whole condition, value, argument or element (the operators that bind
+# tighter than `not`, attribute access and calls need them)
+_LOOSE_PARENTS = (ast.If, ast.While, ast.IfExp, ast.BoolOp, ast.Return, ast.Assign, ast.AnnAssign, ast.keyword,
+                  ast.List, ast.Tuple, ast.Set, ast.FormattedValue, ast.Expr, ast.comprehension, ast.Lambda,
+                  ast.NamedExpr, ast.Dict)
+
+
+def _bare_not_ok(node: ast.AST, p: ast.AST | None) -> bool:
+    if isinstance(p, ast.Call):
+        return node is not p.func
+    return isinstance(p, _LOOSE_PARENTS)
+
+
+def _own_is_cuda(ctx) -> bool:
+    """The file defines an ``is_cuda`` of its own: ``obj.is_cuda = ...``, or a method or class attribute."""
+    cached = ctx.__dict__.get("_own_is_cuda")
+    if cached is None:
+        cached = False
+        for n in ctx.index.order:
+            if isinstance(n, ast.Attribute):
+                own = n.attr == "is_cuda" and not isinstance(n.ctx, ast.Load)
+            elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                own = n.name == "is_cuda" and isinstance(ctx.parent(n), ast.ClassDef)
+            elif isinstance(n, ast.Name):
+                own = n.id == "is_cuda" and isinstance(n.ctx, ast.Store) and isinstance(
+                    ctx.parent(ctx.parent(n)), ast.ClassDef)
+            else:
+                continue
+            if own:
+                cached = True
+                break
+        ctx.__dict__["_own_is_cuda"] = cached
+    return cached
 
 
 _FSTR_HEAD = re.compile(r"^([rRbBuU]?[fF][rR]?)(['\"]{1,3})cuda:")
