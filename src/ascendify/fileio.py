@@ -19,12 +19,15 @@ from pathlib import Path
 from typing import Any
 
 
-def write_atomic(path: str | os.PathLike[str], data: bytes | str, *, mode: int | None = None) -> None:
+def write_atomic(
+    path: str | os.PathLike[str], data: bytes | str, *, mode: int | None = None, durable: bool = True
+) -> None:
     """Write ``data`` to ``path`` through a temporary file in the same folder and an atomic rename.
 
     ``str`` is written as UTF-8 with no newline translation. ``mode`` sets the file's permission bits; when it
     is None an existing file keeps its bits and a new file gets ``0o666`` less the umask, as ``open()`` would
-    give it (not the ``0o600`` of a temporary file).
+    give it (not the ``0o600`` of a temporary file). ``durable=False`` skips the ``fsync`` (the rename still
+    never exposes a half-written file; only a power loss can lose it): for files written many times a second.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -37,7 +40,8 @@ def write_atomic(path: str | os.PathLike[str], data: bytes | str, *, mode: int |
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
-            os.fsync(f.fileno())
+            if durable:
+                os.fsync(f.fileno())
         if mode is not None:
             os.chmod(tmp, mode)
         os.replace(tmp, path)
