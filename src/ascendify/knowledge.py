@@ -88,14 +88,36 @@ def ops_without_npu_kernel() -> dict[str, dict[str, Any]]:
 
 @cache
 def overloads_without_npu_kernel() -> frozenset[str]:
-    """Every ATen overload name (``lgamma``, ``lgamma.out``, ``_foreach_add.Tensor``) with no NPU kernel."""
-    cov = load("npu_aten_op_coverage")
-    out: set[str] = set()
-    for o in cov["ops_without_any_npu_kernel"]:
-        out.update(o.get("overloads") or [o["name"]])
-    for o in cov["ops_partially_covered"]:
-        out.update(o.get("missing_overloads") or [])
-    return frozenset(out)
+    """Every ATen overload name (``lgamma``, ``lgamma.out``, ``nonzero_static``) that runs on the CPU on an NPU.
+
+    Exact, from the torch_npu wheel (``data/npu_kernels.json``): neither torch_npu registers a PrivateUse1 kernel
+    for it nor does torch cover it on every backend (composite kernels; structured ops whose ``out=`` overload
+    has an NPU kernel), plus the registered kernels that always hand the work to the CPU (``logit``).
+    """
+    k = load("npu_kernels")
+    return frozenset(k["without_npu_kernel"]) | frozenset(k["kernels_that_fall_back_to_cpu"])
+
+
+@cache
+def npu_registered_overloads() -> frozenset[str]:
+    """ATen overloads for which torch_npu registers a PrivateUse1 kernel (``argmax.out``, ``add.Tensor``)."""
+    return frozenset(load("npu_kernels")["npu_registered"])
+
+
+def has_npu_kernel(overload: str) -> bool:
+    """True when ATen ``overload`` (``argmax``, ``_foreach_mul_.Tensor``) runs on an NPU without a CPU fallback."""
+    return overload not in overloads_without_npu_kernel()
+
+
+@cache
+def npu_autocast_lists() -> dict[str, Any]:
+    """torch_npu's ``AutocastPrivateUse1`` registrations by cast policy, as compiled into the wheel.
+
+    Keys: ``lower_precision_fp``, ``fp32``, ``fp32_set_opt_dtype``, ``promote``, ``banned`` (lists of
+    ``name``/``name.overload``), ``fp32_append_dtype`` (overload -> the ``dtype`` overload it redispatches to)
+    and ``registration_order``.
+    """
+    return load("npu_kernels")["autocast"]
 
 
 def provenance(name: str) -> dict[str, Any]:
