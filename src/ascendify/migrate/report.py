@@ -182,8 +182,8 @@ def markdown(report: dict[str, Any], results: list[FileResult]) -> str:
 # 80 columns with the file names whole.
 SUMMARY_LIMIT = 30  # rows shown without -v; the rest are added up in one "(N more files)" row
 
-LEGEND = ("converted: CUDA sites rewritten; manual: CUDA sites listed for a person; notes: torch APIs with "
-          "limits on Ascend; advice: performance advice")
+LEGEND = ("converted: CUDA sites rewritten; manual: CUDA sites listed for a person;\n"
+          "notes: torch APIs with limits on Ascend; advice: performance advice")
 
 
 def _row(path: str, status: str, s: dict[str, int]) -> dict[str, Any]:
@@ -274,7 +274,7 @@ def next_steps(report: dict[str, Any], results: list[FileResult], *, mode: str, 
         lines.append(f"Report: {report_dir / 'report.md'}")
     steps = []
     manual = t["cuda_sites"] - t["converted"]
-    where = " (report folder)" if report_dir is not None else ""
+    where = " (report folder)" if report_dir is not None else " (written with --report DIR)"
     if manual:
         steps.append(f"check the {plural(manual, 'site')} listed for a person: unsupported.csv{where}")
     if t["native_ops"]:
