@@ -29,6 +29,9 @@ _LAZY: dict[str, str] = {
     "Dumper": "ascendify.precision.dump",
     "DumpTooLarge": "ascendify.precision.dump",
     "step": "ascendify.precision.dump",
+    "compare_models": "ascendify.precision.lockstep",
+    "compare_dumps": "ascendify.precision.dumpcompare",
+    "compare_curves": "ascendify.precision.curves",
 }
 
 __all__ = [
