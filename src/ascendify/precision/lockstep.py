@@ -42,7 +42,7 @@ from ascendify.precision.divergence import ComparisonResult, NodeResult
 LEVELS = ("module", "mix")
 
 _TORCH_DIR = os.path.dirname(torch.__file__)
-_OUR_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_OUR_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # the ascendify package
 
 # torch functions never recorded at API level: metadata, no arithmetic
 _SKIP_API = {
@@ -143,7 +143,7 @@ def _call_site() -> str | None:
     f = sys._getframe(2)
     while f is not None:
         fn = f.f_code.co_filename
-        if not (fn.startswith(_TORCH_DIR) or fn.startswith(os.path.join(_OUR_DIR, "precision")) or fn == "<string>"):
+        if not (fn.startswith(_TORCH_DIR) or fn.startswith(_OUR_DIR) or fn == "<string>"):
             return f"{_short(fn)}:{f.f_lineno}"
         f = f.f_back
     return None

@@ -1,0 +1,239 @@
+"""``ascendify compare``: prove a migrated model computes what the original computed, or say where it first goes wrong.
+
+Three forms (see docs/precision.md):
+
+* ``ascendify compare GOLDEN TARGET -o OUT``: two dumps (``ascendify dump``'s or msprobe's);
+* ``ascendify compare --model FILE:FACTORY [--golden-model FILE:FACTORY] [--golden cpu:fp32] [--target npu:bf16]
+  [--inputs FILE:FUNC | SPEC] -o OUT``: lockstep, both models in this process with the same weights;
+* ``ascendify compare --curves A B [--tolerance 0.05] -o OUT``: two training histories.
+
+Exit codes: 0 match, 1 divergence found, 2 usage error, 3 bad input (a dump, history or model file that cannot
+be read; the message names the file).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+HELP = "compare two dumps, two models in lockstep, or two training curves; name the first divergence"
+DESCRIPTION = """Compare a target against a golden reference and name the first divergence.
+
+  ascendify compare GOLDEN_DUMP TARGET_DUMP -o OUT          two dumps (ours or msprobe's)
+  ascendify compare --model FILE:FACTORY --inputs SPEC -o OUT
+                    [--golden-model FILE:FACTORY] [--golden cpu:fp32] [--target npu:bf16]
+                                                           lockstep: both models in one process
+  ascendify compare --curves A B [--tolerance 0.05] -o OUT  training histories (JSON, CSV, TensorBoard)
+
+FACTORY is a name in FILE (a class or function called with no arguments) or a call expression evaluated in
+FILE's namespace, e.g. 'examples/npu_project/models.py:GPT(vocab_size=64, seq_len=16, d_model=32)'.
+--inputs is FILE:FUNC (returns a tensor or a tuple of them) or shapes: '4x16:int64:64' (random ids below 64),
+'2x3x32x32' (standard normal float32), several separated by ','.
+--golden/--target are DEVICE:PRECISION with PRECISION fp32 (no autocast), bf16 or fp16 (autocast in that dtype);
+npu is the real NPU where there is one, else the emulated NPU.
+
+Exit codes: 0 match, 1 divergence found, 2 usage error, 3 bad input."""
+
+PRECISIONS = ("fp32", "bf16", "fp16")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("golden", nargs="?", help="golden dump (root, step or rank folder)")
+    p.add_argument("target", nargs="?", help="target dump")
+    p.add_argument("-o", "--out", default="compare-report", help="output folder (default: %(default)s)")
+    p.add_argument("--model", metavar="FILE:FACTORY", help="lockstep: the target model (and the golden one, "
+                   "unless --golden-model)")
+    p.add_argument("--golden-model", metavar="FILE:FACTORY", help="lockstep: a different golden model (the original "
+                   "code of a migrated copy)")
+    p.add_argument("--golden", dest="golden_spec", default="cpu:fp32", metavar="DEVICE:PRECISION",
+                   help="lockstep golden setting (default: %(default)s)")
+    p.add_argument("--target", dest="target_spec", default="npu:bf16", metavar="DEVICE:PRECISION",
+                   help="lockstep target setting (default: %(default)s)")
+    p.add_argument("--inputs", metavar="FILE:FUNC|SHAPES", help="lockstep inputs (see above)")
+    p.add_argument("--level", choices=("module", "mix"), default="module",
+                   help="lockstep: module calls only, or module and torch API calls (default: %(default)s)")
+    p.add_argument("--seed", type=int, default=0, help="seed for model construction and random inputs")
+    p.add_argument("--curves", nargs=2, metavar=("A", "B"), help="compare two training histories")
+    p.add_argument("--tolerance", type=float, default=None,
+                   help="curves: relative band (default 0.05); dumps and lockstep: factor on every limit (default 1)")
+    p.add_argument("--series", action="append", help="curves: only this series (repeatable)")
+    p.add_argument("--step", type=int, default=None, help="dumps: which step (default: the first)")
+    p.add_argument("--rank", type=int, default=None, help="dumps: which rank (default: every rank of the golden)")
+    p.add_argument("--json", action="store_true", help="print the JSON result on stdout instead of the summary")
+
+
+def _err(msg: str, code: int) -> int:
+    print(f"ascendify compare: {msg}", file=sys.stderr)
+    return code
+
+
+def run(args: argparse.Namespace) -> int:
+    forms = sum(bool(x) for x in (args.curves, args.model, args.golden or args.target))
+    if forms != 1:
+        return _err("give two dumps, or --model FILE:FACTORY, or --curves A B (exactly one of them)", 2)
+    if args.tolerance is not None and args.tolerance <= 0:
+        return _err("--tolerance must be positive", 2)
+    if args.curves:
+        return _run_curves(args)
+    if args.model:
+        return _run_model(args)
+    if not (args.golden and args.target):
+        return _err("two dumps are needed: GOLDEN TARGET", 2)
+    return _run_dumps(args)
+
+
+def _emit(result, args, *, curves: bool = False) -> int:
+    from ascendify import report
+    from ascendify.precision import compare_report as cr
+
+    try:
+        if curves:
+            written = cr.write_curves_outputs(result, args.out)
+        else:
+            written = cr.write_outputs(result, args.out)
+    except OSError as e:
+        return _err(f"cannot write the report to {args.out}: {e}", 3)
+    if args.json:
+        print(report.dumps_json(result.to_dict()))
+    elif curves:
+        cr.print_curves(result, written=written)
+    else:
+        cr.print_summary(result, written=written)
+    return 0 if result.verdict in ("match", "nothing to compare") else 1
+
+
+def _run_curves(args) -> int:
+    from ascendify.precision.curves import CurveError, compare_curves
+
+    try:
+        res = compare_curves(args.curves[0], args.curves[1], tolerance=args.tolerance or 0.05, series=args.series)
+    except CurveError as e:
+        return _err(str(e), 3)
+    return _emit(res, args, curves=True)
+
+
+def _run_dumps(args) -> int:
+    from pathlib import Path
+
+    from ascendify.precision.model import DumpError, list_steps_ranks
+
+    try:
+        from ascendify.precision.dumpcompare import compare_dumps
+    except ImportError as e:  # torch-free install
+        return _err(f"comparing dumps needs PyTorch ({e})", 3)
+    g, t = Path(args.golden), Path(args.target)
+    try:
+        for p in (g, t):
+            if not p.exists():
+                raise DumpError(p, "no such file or folder")
+        gsr, tsr = _steps_ranks(g, list_steps_ranks), _steps_ranks(t, list_steps_ranks)
+        if gsr is None or tsr is None:  # a step or rank folder, or a dump.json: one pair
+            return _emit(compare_dumps(g, t, step=args.step, rank=args.rank, tolerance=args.tolerance or 1.0), args)
+        step = args.step if args.step is not None else min(s for s, _ in gsr)
+        granks = sorted({r for s, r in gsr if s == step})
+        tranks = sorted({r for s, r in tsr if s == step})
+        if not granks:
+            raise DumpError(g, f"no step {step} in the golden dump (has steps {sorted({s for s, _ in gsr})})")
+        if not tranks:
+            raise DumpError(t, f"no step {step} in the target dump (has steps {sorted({s for s, _ in tsr})})")
+        ranks = [args.rank] if args.rank is not None else granks
+        for r in ranks:
+            if r not in tranks:
+                raise DumpError(t / f"step{step}" / f"rank{r}",
+                                f"rank {r} is missing from the target dump (it has ranks {tranks}; golden {granks})")
+            if r not in granks:
+                raise DumpError(g / f"step{step}" / f"rank{r}", f"rank {r} is missing from the golden dump")
+        results = [compare_dumps(g, t, step=step, rank=r, tolerance=args.tolerance or 1.0) for r in ranks]
+    except DumpError as e:
+        return _err(str(e), 3)
+    if len(results) == 1:
+        return _emit(results[0], args)
+    worst = 0
+    out = args.out
+    for r, res in zip(ranks, results, strict=True):
+        args.out = str(Path(out) / f"rank{r}")
+        print(f"rank {r}:")
+        worst = max(worst, _emit(res, args))
+    args.out = out
+    return worst
+
+
+def _steps_ranks(path, lister):
+    """``(step, rank)`` pairs of a dump root, or None for a step/rank folder or a dump.json."""
+    from ascendify.precision.model import DumpError
+
+    if path.is_file() or (path / "dump.json").is_file():
+        return None
+    if path.name.startswith("step") and not any(path.glob("step*")):
+        return None
+    try:
+        pairs = lister(path)
+    except DumpError:
+        raise
+    if not pairs:
+        raise DumpError(path, "no step*/rank*/dump.json inside: not a dump folder")
+    return pairs
+
+
+# -------------------------------------------------------------------------------------------------------------
+# lockstep
+
+
+def _parse_setting(spec: str, what: str) -> tuple[str, str]:
+    parts = spec.strip().split(":")
+    prec = "fp32"
+    if parts[-1].lower() in PRECISIONS:
+        prec = parts.pop().lower()
+    device = ":".join(parts) or "cpu"
+    if not device:
+        raise ValueError(f"{what} {spec!r}: expected DEVICE:PRECISION, e.g. cpu:fp32 or npu:bf16")
+    return device, prec
+
+
+def run_model_compare(args):
+    """Build the models and inputs, run ``compare_models``; returns the result (raises ValueError/OSError on bad
+    input)."""
+    import torch
+
+    from ascendify import devices
+    from ascendify.precision import loading
+    from ascendify.precision.lockstep import compare_models
+
+    gdev, gprec = _parse_setting(args.golden_spec, "--golden")
+    tdev, tprec = _parse_setting(args.target_spec, "--target")
+    dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+    resolved = {}
+    for dev in {gdev, tdev}:
+        try:
+            resolved[dev] = devices.resolve_device(dev)[0] if dev.split(":")[0] != "cpu" else dev
+        except Exception as e:
+            raise ValueError(f"device {dev!r}: {e}") from None
+    torch.manual_seed(args.seed)
+    target = loading.build(args.model)
+    if args.golden_model:
+        torch.manual_seed(args.seed)
+        golden = loading.build(args.golden_model)
+    else:
+        golden = target
+    inputs = loading.inputs(args.inputs, target, seed=args.seed)
+    return compare_models(
+        golden,
+        target,
+        *inputs,
+        golden_device=resolved[gdev],
+        golden_dtype=dtypes[gprec] if gprec != "fp16" and gprec != "bf16" else torch.float32,
+        target_device=resolved[tdev],
+        target_autocast=None if tprec == "fp32" else dtypes[tprec],
+        level=args.level,
+        tolerance=args.tolerance or 1.0,
+    )
+
+
+def _run_model(args) -> int:
+    try:
+        result = run_model_compare(args)
+    except ImportError as e:
+        return _err(f"lockstep comparison needs PyTorch ({e})", 3)
+    except (ValueError, OSError, SyntaxError, AttributeError, TypeError) as e:
+        return _err(str(e), 3)
+    return _emit(result, args)

@@ -1,0 +1,420 @@
+"""What ``ascendify compare`` shows and writes: a terminal summary (verdict and first divergence in the first lines),
+CSV (msprobe's column names where the metric is the same), JSON, and one self-contained HTML page, all through
+``ascendify.report``. Outputs are built in memory first and then written atomically, so a failure leaves no
+half-written set.
+"""
+
+from __future__ import annotations
+
+import linecache
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+from ascendify import report
+from ascendify.precision.curves import CurvesResult
+from ascendify.precision.divergence import ComparisonResult, NodeResult, culprits
+
+# msprobe compare's column names first (same meaning), ours after
+CSV_COLUMNS = [
+    "NPU Name",
+    "Bench Name",
+    "NPU Dtype",
+    "Bench Dtype",
+    "NPU Tensor Shape",
+    "Bench Tensor Shape",
+    "Cosine",
+    "EucDist",
+    "MaxAbsErr",
+    "MaxRelativeErr",
+    "NormRelativeErr",
+    "One Thousandth Err Ratio",
+    "Five Thousandths Err Ratio",
+    "Result",
+    "Err_message",
+    "NPU_Stack_Info",
+    "Module",
+    "API",
+    "Class",
+    "Order",
+    "Compute Dtype",
+    "Local RelL2",
+    "Limit",
+    "Code RelL2",
+    "Input RelL2",
+    "Output RelL2",
+    "ULP Max",
+    "Fingerprint RelErr",
+    "Culprit",
+]
+
+
+def _f(v: Any) -> Any:
+    if isinstance(v, float):
+        if not math.isfinite(v):
+            return str(v)
+        return float(f"{v:.6g}")
+    return v
+
+
+def _rel(m: dict | None) -> float | None:
+    if not m:
+        return None
+    v = m.get("rel_l2", m.get("worst"))
+    return None if v is None else float(v)
+
+
+def node_status(n: NodeResult, culprit: bool) -> str:
+    if not n.matched:
+        return "skip"
+    if n.flagged:
+        return "error" if culprit else "warning"
+    return "pass"
+
+
+def csv_rows(result: ComparisonResult) -> list[dict[str, Any]]:
+    """One row per target node, msprobe's columns first (see ``CSV_COLUMNS``)."""
+    cul = set(culprits(result.nodes))
+    rows = []
+    for i, n in enumerate(result.nodes):
+        m = n.local or n.total or {}
+        dt = m.get("dtype") or [None, None]
+        sh = m.get("shape") or [None, None]
+        rows.append(
+            {
+                "NPU Name": n.name,
+                "Bench Name": n.golden_name or "N/A",
+                "NPU Dtype": dt[0],
+                "Bench Dtype": dt[1],
+                "NPU Tensor Shape": sh[0],
+                "Bench Tensor Shape": sh[1],
+                "Cosine": _f(m.get("cosine")),
+                "EucDist": None,
+                "MaxAbsErr": _f(m.get("max_abs")),
+                "MaxRelativeErr": _f(m.get("max_rel")),
+                "NormRelativeErr": _f(m.get("norm")),
+                "One Thousandth Err Ratio": _f(m.get("thousandth")),
+                "Five Thousandths Err Ratio": _f(m.get("five_thousandth")),
+                "Result": node_status(n, i in cul),
+                "Err_message": "; ".join(n.reasons) or (n.note or ""),
+                "NPU_Stack_Info": n.source,
+                "Module": n.module,
+                "API": n.api,
+                "Class": n.class_name,
+                "Order": n.order,
+                "Compute Dtype": n.compute_dtype,
+                "Local RelL2": _f(_rel(n.local)),
+                "Limit": _f(n.limit),
+                "Code RelL2": _f(_rel(n.code)),
+                "Input RelL2": _f(_rel(n.inputs)),
+                "Output RelL2": _f(_rel(n.total)),
+                "ULP Max": _f(m.get("ulp_max")),
+                "Fingerprint RelErr": _f(m.get("fingerprint")),
+                "Culprit": "yes" if i in cul else "",
+            }
+        )
+    return rows
+
+
+def headline(result: ComparisonResult) -> tuple[str, str]:
+    """``(status, text)`` for the first line."""
+    fd = result.first_divergence
+    if fd is None:
+        return "match", (
+            f"MATCH: {result.matched_count} matched calls, none with local error over its limit"
+            + (f" (end-to-end cosine {result.end_to_end.get('cosine', 1):.6f})" if result.end_to_end else "")
+        )
+    where = fd.module if fd.module is not None else "(outside any module)"
+    what = f"{where or '(root)'}" + (f" [{fd.api}]" if fd.api else "") + (f" ({fd.class_name})" if fd.class_name else "")
+    return "diverged", f"DIVERGENCE: first at {what}"
+
+
+def summary_lines(result: ComparisonResult) -> list[str]:
+    """The verdict and the first divergence as plain lines (the first lines of the terminal summary)."""
+    status, text = headline(result)
+    lines = [text]
+    fd = result.first_divergence
+    if fd is not None:
+        lines.append(f"  why: {'; '.join(fd.reasons)}")
+        if fd.source:
+            lines.append(f"  called at: {fd.source}" + (f"   code at: {fd.defined_at}" if fd.defined_at else ""))
+        n_cul = len(culprits(result.nodes))
+        lines.append(
+            f"  {len(result.flagged)} flagged calls, {n_cul} with no flagged call inside "
+            f"({result.matched_count} of {len(result.nodes)} target calls matched)"
+        )
+    if result.unmatched_golden or result.unmatched_target:
+        lines.append(
+            f"  unmatched: {len(result.unmatched_golden)} golden, {len(result.unmatched_target)} target calls "
+            "(see the report)"
+        )
+    return lines
+
+
+_NODE_COLUMNS = [
+    report.Column("order", "#", kind="number"),
+    report.Column("result", "result", kind="status"),
+    report.Column("name", "target call", kind="path"),
+    report.Column("dtype", "computed in"),
+    report.Column("local", "local err", kind="number"),
+    report.Column("limit", "limit", kind="number"),
+    report.Column("code", "code err", kind="number"),
+    report.Column("output", "output err", kind="number"),
+    report.Column("why", "why"),
+]
+
+
+def _node_rows(result: ComparisonResult, only_flagged: bool = False) -> list[dict[str, Any]]:
+    cul = set(culprits(result.nodes))
+    rows = []
+    for i, n in enumerate(result.nodes):
+        if only_flagged and not n.flagged:
+            continue
+        rows.append(
+            {
+                "order": n.order,
+                "result": node_status(n, i in cul),
+                "name": n.name,
+                "golden": n.golden_name or "(unmatched)",
+                "dtype": (n.compute_dtype or "").replace("torch.", ""),
+                "local": _f(_rel(n.local)),
+                "limit": _f(n.limit),
+                "code": _f(_rel(n.code)),
+                "output": _f(_rel(n.total)),
+                "why": "; ".join(n.reasons) or (n.note or ""),
+                "source": n.source,
+            }
+        )
+    return rows
+
+
+def print_summary(result: ComparisonResult, console=None, written: list[str] | None = None, limit: int = 12) -> None:
+    """Verdict and first divergence first, then the flagged calls (at most ``limit``) and the files written."""
+    con = console or report.console()
+    status, _ = headline(result)
+    style = "bold red" if status == "diverged" else "bold green"
+    lines = summary_lines(result)
+    con.print(lines[0], style=style, highlight=False)
+    for line in lines[1:]:
+        con.print(line, highlight=False, markup=False)
+    rows = _node_rows(result, only_flagged=True)
+    if rows:
+        cols = [c for c in _NODE_COLUMNS if c.name != "why"]
+        shown = sorted(rows, key=lambda r: (r["result"] != "error", r["order"]))[:limit]
+        report.print_table(cols, shown, title=f"flagged calls ({len(rows)})", console=con)
+    for path in written or []:
+        con.print(f"  wrote {path}", highlight=False, markup=False)
+
+
+def _source_snippet(source: str | None, radius: int = 4) -> tuple[str, int, int] | None:
+    if not source or ":" not in source:
+        return None
+    path, _, line = source.rpartition(":")
+    if not line.isdigit():
+        return None
+    ln = int(line)
+    lines = [linecache.getline(path, i) for i in range(max(1, ln - radius), ln + radius + 1)]
+    if not any(lines):
+        return None
+    return "".join(lines).rstrip("\n"), max(1, ln - radius), ln
+
+
+def html_report(result: ComparisonResult) -> report.HtmlReport:
+    """The self-contained page: verdict, first divergence with its source, error along execution order (plot with
+    the limit line), flagged calls, a drill-down table of every call, unmatched calls, settings."""
+    status, text = headline(result)
+    page = report.HtmlReport("ascendify compare", subtitle=f"golden: {result.golden} | target: {result.target}")
+    s = page.section("Verdict", anchor="verdict")
+    detail = " | ".join(x.strip() for x in summary_lines(result)[1:]) or None
+    s.verdict("fail" if status == "diverged" else "ok", text, detail)
+    fd = result.first_divergence
+    if fd is not None:
+        d = page.section("First divergence", anchor="first-divergence")
+        d.kv(
+            {
+                "call": fd.name,
+                "module": fd.module if fd.module is not None else "(none)",
+                "api": fd.api or "",
+                "class": fd.class_name or "",
+                "why": "; ".join(fd.reasons),
+                "called at": fd.source or "",
+                "code at": fd.defined_at or "",
+                "cosine": fd.metrics.get("cosine"),
+                "relative L2": fd.metrics.get("rel_l2", fd.metrics.get("worst")),
+                "max abs": fd.metrics.get("max_abs"),
+            }
+        )
+        for label, src in (("called at", fd.source), ("code at", fd.defined_at)):
+            snip = _source_snippet(src)
+            if snip:
+                d.code(snip[0], first_line=snip[1], highlight=snip[2], title=f"{label} {src}")
+    p = page.section("Error along execution order", anchor="error-plot")
+    xs, local, out = [], [], []
+    for n in result.nodes:
+        if not n.matched or not n.limit:
+            continue
+        xs.append(n.order)
+        le = _rel(n.local) if n.local else _rel(n.code)
+        ce = _rel(n.code)
+        r = max((le or 0.0) / n.limit, (ce or 0.0) / (n.code_limit or n.limit))
+        local.append(max(r, 1e-6))
+        oe = _rel(n.total)
+        out.append(max((oe or 0.0) / n.limit, 1e-6) if oe is not None and math.isfinite(oe) else 1e-6)
+    if xs:
+        png = report.plots.line_plot(
+            {"output error / limit": (xs, [min(v, 1e6) for v in out]),
+             "local error / limit": (xs, [min(v, 1e6) for v in local])},
+            title="error per call, in execution order",
+            xlabel="call (execution order)",
+            ylabel="error / limit",
+            logy=True,
+            hline=1.0,
+            hline_label="limit",
+            mark_x=result.nodes[fd.index].order if fd is not None else None,
+            mark_label="first divergence" if fd is not None else None,
+        )
+        p.image(png, caption="Local error (the call's own, on golden inputs) and output error (with what it "
+                "inherited) over the limit for the dtype it computed in; above 1 is over the limit.")
+    else:
+        p.text("No matched call carries a measured error.")
+    rows = _node_rows(result)
+    f = page.section("Flagged calls", anchor="flagged")
+    flagged = [r for r in rows if r["result"] in ("error", "warning")]
+    if flagged:
+        f.text("error: a culprit (over its limit with no flagged call inside); warning: contains a culprit.")
+        f.table(_NODE_COLUMNS, flagged, highlight=lambda r: r["result"] == "error")
+    else:
+        f.text("None.")
+    t = page.section("All calls", anchor="drill-down")
+    cols = [*_NODE_COLUMNS[:3], report.Column("golden", "golden call", kind="path"), *_NODE_COLUMNS[3:],
+            report.Column("source", "called at", kind="path")]
+    t.table(cols, rows, highlight=lambda r: r["result"] == "error", filter=True)
+    u = page.section("Unmatched calls", anchor="unmatched")
+    ucols = [report.Column("side"), report.Column("name", kind="path"), report.Column("reason")]
+    urows = [{"side": "golden", **x} for x in result.unmatched_golden] + [
+        {"side": "target", **x} for x in result.unmatched_target
+    ]
+    if urows:
+        u.table(ucols, urows)
+    else:
+        u.text("Every call found its counterpart.")
+    page.section("Settings", anchor="settings").kv(
+        {k: v for k, v in result.meta.items() if not isinstance(v, dict)} | {"mode": result.mode}
+    )
+    return page
+
+
+def write_outputs(result: ComparisonResult, out_dir: str | os.PathLike[str], stem: str = "compare") -> list[str]:
+    """Write ``compare.json``, ``compare.csv`` and ``compare.html`` into ``out_dir`` (built first, then written
+    atomically). Returns the paths."""
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise NotADirectoryError(f"{out}: exists and is not a folder")
+    payload = result.to_dict()
+    rows = csv_rows(result)
+    page = html_report(result).to_html()
+    json_text = report.dumps_json(payload)
+    out.mkdir(parents=True, exist_ok=True)
+    from ascendify.fileio import write_atomic
+
+    paths = [out / f"{stem}.json", out / f"{stem}.csv", out / f"{stem}.html"]
+    write_atomic(paths[0], json_text, mode=0o644)
+    report.write_csv(paths[1], rows, CSV_COLUMNS)
+    write_atomic(paths[2], page, mode=0o644)
+    return [str(p) for p in paths]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# curves
+
+
+def curves_summary_lines(res: CurvesResult) -> list[str]:
+    first = res.first
+    if res.verdict == "nothing to compare":
+        lines = ["NOTHING TO COMPARE: no series in both histories (timings are reported, not checked)"]
+    elif first is None:
+        lines = [f"MATCH: every checked series stays within {res.tolerance:g} (relative) of the other run"]
+    else:
+        lines = [
+            f"DIVERGENCE: {first['series']} leaves the band at step {first['step']:g} "
+            f"({first['a']:.6g} vs {first['b']:.6g}, {first['rel_diff']:.2%} apart; band {res.tolerance:.2%})"
+        ]
+    if res.only_in_a or res.only_in_b:
+        lines.append(f"  only in A: {', '.join(res.only_in_a) or '-'}; only in B: {', '.join(res.only_in_b) or '-'}")
+    return lines
+
+
+_CURVE_COLUMNS = [
+    report.Column("series"),
+    report.Column("result", kind="status"),
+    report.Column("steps", kind="number"),
+    report.Column("first", "first step outside", kind="number"),
+    report.Column("max_rel", "max rel diff", kind="number"),
+    report.Column("note"),
+]
+
+
+def _curve_rows(res: CurvesResult) -> list[dict[str, Any]]:
+    rows = []
+    for name, v in res.series.items():
+        fo = v.get("first_outside")
+        rows.append(
+            {
+                "series": name,
+                "result": ("fail" if fo else "pass") if v.get("checked") else "skip",
+                "steps": v["steps"],
+                "first": fo["step"] if fo else None,
+                "max_rel": _f(v["max_rel_diff"]),
+                "note": v.get("note", ""),
+            }
+        )
+    return rows
+
+
+def print_curves(res: CurvesResult, console=None, written: list[str] | None = None) -> None:
+    con = console or report.console()
+    lines = curves_summary_lines(res)
+    con.print(lines[0], style="bold red" if res.first else "bold green", highlight=False, markup=False)
+    for line in lines[1:]:
+        con.print(line, highlight=False, markup=False)
+    report.print_table(_CURVE_COLUMNS, _curve_rows(res), title="series", console=con)
+    for path in written or []:
+        con.print(f"  wrote {path}", highlight=False, markup=False)
+
+
+def write_curves_outputs(res: CurvesResult, out_dir: str | os.PathLike[str], stem: str = "curves") -> list[str]:
+    """``curves.json``, ``curves.csv`` (one row per series and step) and ``curves.html`` (a plot per series)."""
+    page = report.HtmlReport("ascendify compare --curves", subtitle=f"A: {res.a} | B: {res.b}")
+    lines = curves_summary_lines(res)
+    page.section("Verdict", anchor="verdict").verdict(
+        "fail" if res.first else "ok", lines[0], "\n".join(lines[1:]) or None
+    )
+    s = page.section("Series", anchor="series")
+    s.table(_CURVE_COLUMNS, _curve_rows(res))
+    csv_rows_: list[dict[str, Any]] = []
+    for name, v in res.series.items():
+        fo = v.get("first_outside")
+        png = report.plots.line_plot(
+            {"A": (v["x"], v["a"]), "B": (v["x"], v["b"])},
+            title=name,
+            xlabel="step",
+            ylabel=name,
+            mark_x=fo["step"] if fo else None,
+            mark_label="first step outside the band" if fo else None,
+            markers=len(v["x"]) <= 60,
+        )
+        s.image(png, caption=f"{name}: A vs B" + (f"; leaves the band at step {fo['step']:g}" if fo else ""))
+        for x, a, b in zip(v["x"], v["a"], v["b"], strict=True):
+            csv_rows_.append({"series": name, "step": x, "a": a, "b": b, "abs_diff": _f(abs(a - b))})
+    page_html = page.to_html()
+    json_text = report.dumps_json(res.to_dict())
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    from ascendify.fileio import write_atomic
+
+    paths = [out / f"{stem}.json", out / f"{stem}.csv", out / f"{stem}.html"]
+    write_atomic(paths[0], json_text, mode=0o644)
+    report.write_csv(paths[1], csv_rows_, ["series", "step", "a", "b", "abs_diff"])
+    write_atomic(paths[2], page_html, mode=0o644)
+    return [str(p) for p in paths]

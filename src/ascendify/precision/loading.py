@@ -1,0 +1,130 @@
+"""Load a model from ``FILE:FACTORY`` and inputs from ``FILE:FUNC`` or a shape spec, for lockstep comparison.
+
+``FACTORY`` is a name defined in ``FILE`` (a class or a function, called with no arguments; a module instance is
+used as is) or a call expression evaluated in the file's namespace: ``models.py:GPT(vocab_size=64, seq_len=16)``.
+Each file is imported under its own module name, with its folder first on ``sys.path``, so two files both named
+``models.py`` (the original and the migrated copy) load side by side.
+
+Input specs: ``4x16:int64:64`` (integers in ``[0, 64)``), ``2x3x32x32`` or ``2x3x32x32:float32`` (standard
+normal), several separated by ``,``; or ``FILE:FUNC`` (returns a tensor, or a tuple/list of tensors).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import sys
+from pathlib import Path
+from typing import Any
+
+_DTYPES = ("float32", "float64", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool", "long",
+           "int", "float")
+
+
+def _split(spec: str) -> tuple[Path, str]:
+    path, sep, expr = spec.rpartition(":")
+    if not sep or not path or not expr:
+        raise ValueError(f"{spec!r}: expected FILE:NAME (e.g. models.py:make_model)")
+    return Path(path), expr.strip()
+
+
+def load_file(path: Path):
+    """Import ``path`` as a module of its own (see the module docstring); ValueError naming the file on failure."""
+    if not path.is_file():
+        raise ValueError(f"{path}: no such file")
+    name = "_ascendify_user_" + hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:12]
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ValueError(f"{path}: not a Python file")
+    mod = importlib.util.module_from_spec(spec)
+    folder = str(path.resolve().parent)
+    sys.path.insert(0, folder)
+    try:
+        sys.modules[name] = mod
+        spec.loader.exec_module(mod)
+    except Exception as e:
+        sys.modules.pop(name, None)
+        raise ValueError(f"{path}: importing it failed: {type(e).__name__}: {e}") from None
+    finally:
+        try:
+            sys.path.remove(folder)
+        except ValueError:
+            pass
+    return mod
+
+
+def _evaluate(path: Path, expr: str) -> Any:
+    mod = load_file(path)
+    try:
+        if expr.isidentifier():
+            if not hasattr(mod, expr):
+                raise ValueError(f"{path}: defines no {expr!r}")
+            obj = getattr(mod, expr)
+            return obj() if callable(obj) and not _is_module(obj) else obj
+        return eval(expr, vars(mod))  # noqa: S307 - the user's own expression over the user's own file
+    except ValueError:
+        raise
+    except Exception as e:
+        raise ValueError(f"{path}: {expr} failed: {type(e).__name__}: {e}") from None
+
+
+def _is_module(obj) -> bool:
+    import torch
+
+    return isinstance(obj, torch.nn.Module)
+
+
+def build(spec: str):
+    """The ``nn.Module`` that ``FILE:FACTORY`` makes."""
+    path, expr = _split(spec)
+    model = _evaluate(path, expr)
+    if not _is_module(model):
+        raise ValueError(f"{spec}: made a {type(model).__name__}, not a torch.nn.Module")
+    return model
+
+
+def _parse_shape_spec(one: str, seed: int, index: int):
+    import torch
+
+    parts = one.strip().split(":")
+    try:
+        shape = tuple(int(s) for s in parts[0].lower().split("x") if s)
+    except ValueError:
+        raise ValueError(f"input spec {one!r}: the shape must be like 4x16") from None
+    dtype = parts[1].lower() if len(parts) > 1 and parts[1] else "float32"
+    if dtype not in _DTYPES:
+        raise ValueError(f"input spec {one!r}: unknown dtype {dtype!r} (use one of {', '.join(_DTYPES)})")
+    dtype = {"long": "int64", "int": "int64", "float": "float32"}.get(dtype, dtype)
+    g = torch.Generator().manual_seed(seed + index)
+    tdt = getattr(torch, dtype)
+    if tdt.is_floating_point:
+        return torch.randn(shape, generator=g).to(tdt)
+    if tdt == torch.bool:
+        return torch.randint(0, 2, shape, generator=g).bool()
+    high = int(parts[2]) if len(parts) > 2 and parts[2] else 2
+    return torch.randint(0, high, shape, generator=g, dtype=tdt)
+
+
+def inputs(spec: str | None, model=None, seed: int = 0) -> tuple:
+    """The positional inputs for ``model``: from ``spec`` (see the module docstring), or, without one, a small
+    example batch for models that declare ``ascendify_task`` (``ascendify.models.example_batch``)."""
+    import torch
+
+    if not spec:
+        if model is not None and hasattr(model, "ascendify_task"):
+            from ascendify import models
+
+            x, _ = models.example_batch(model, 2, generator=torch.Generator().manual_seed(seed))
+            return (x,)
+        raise ValueError("--inputs is needed: FILE:FUNC, or shapes such as 4x16:int64:64 or 2x3x32x32")
+    head, sep, tail = spec.rpartition(":")
+    if sep and head.endswith(".py"):
+        val = _evaluate(Path(head), tail)
+        if isinstance(val, torch.Tensor):
+            return (val,)
+        if isinstance(val, (tuple, list)):
+            return tuple(val)
+        raise ValueError(f"{spec}: returned a {type(val).__name__}, not a tensor or a tuple of tensors")
+    return tuple(_parse_shape_spec(s, seed, i) for i, s in enumerate(spec.split(",")))
