@@ -11,17 +11,28 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+# torch.is_autocast_enabled("cuda"), torch.get_autocast_dtype("cuda"), ...: name -> no device means the GPU
+DEVICE_FIRST = {"is_autocast_enabled": True, "get_autocast_dtype": False, "set_autocast_dtype": False,
+                "set_autocast_enabled": False}
+
 
 def install(s) -> None:
     import torch
+
+    real_get_dtype = torch.get_autocast_dtype
+    _patch_autocast(s, real_get_dtype)
+    _patch_grad_scaler(s)
+    _patch_custom_fwd_bwd(s)
+    for name, legacy_no_arg in DEVICE_FIRST.items():
+        _patch_device_first(s, name, legacy_no_arg)
+    _patch_gpu_dtype(s, real_get_dtype, torch.set_autocast_dtype)
+
+
+def _patch_autocast(s, real_get_dtype) -> None:
+    """``autocast("cuda")`` with no dtype keeps CUDA's dtype on the target."""
     import torch.amp.autocast_mode as am
-    import torch.amp.grad_scaler as gs
 
     m = s.mapper
-    P = s.patches
-    dev = s.target.device_type
-    real_get_dtype = torch.get_autocast_dtype
-
     autocast = am.autocast
     ac_init = autocast.__init__
 
@@ -33,8 +44,14 @@ def install(s) -> None:
             device_type = m.map(device_type, "torch.autocast")
         return ac_init(self, device_type, dtype=dtype, enabled=enabled, cache_enabled=cache_enabled)
 
-    P.set(autocast, "__init__", autocast_init)
+    s.patches.set(autocast, "__init__", autocast_init)
 
+
+def _patch_grad_scaler(s) -> None:
+    """``GradScaler("cuda")``, and ``GradScaler()`` (no device means CUDA)."""
+    import torch.amp.grad_scaler as gs
+
+    m = s.mapper
     scaler = gs.GradScaler
     gs_init = scaler.__init__
 
@@ -46,57 +63,66 @@ def install(s) -> None:
             kwargs["device"] = m.map(kwargs.get("device", "cuda"), "torch.amp.GradScaler")
         return gs_init(self, *args, **kwargs)
 
-    P.set(scaler, "__init__", scaler_init)
+    s.patches.set(scaler, "__init__", scaler_init)
+
+
+def _map_device_type_kw(fn, api: str, m):
+    @functools.wraps(fn)
+    def w(*args: Any, **kwargs: Any):
+        if kwargs.get("device_type") is not None:
+            kwargs["device_type"] = m.map(kwargs["device_type"], api)
+        return fn(*args, **kwargs)
+
+    return w
+
+
+def _patch_custom_fwd_bwd(s) -> None:
+    """``torch.amp.custom_fwd(device_type="cuda")`` / ``custom_bwd``."""
+    import torch
+    import torch.amp.autocast_mode as am
 
     for owner in (torch.amp, am):
         for name in ("custom_fwd", "custom_bwd"):
             fn = getattr(owner, name, None)
-            if fn is None:
-                continue
+            if fn is not None:
+                s.patches.set(owner, name, _map_device_type_kw(fn, f"torch.amp.{name}", s.mapper))
 
-            def make(fn=fn, api=f"torch.amp.{name}"):
-                @functools.wraps(fn)
-                def w(*args: Any, **kwargs: Any):
-                    if kwargs.get("device_type") is not None:
-                        kwargs["device_type"] = m.map(kwargs["device_type"], api)
-                    return fn(*args, **kwargs)
 
-                return w
+def _patch_device_first(s, name: str, legacy_no_arg: bool) -> None:
+    """``torch.<name>("cuda", ...)`` -> the target; ``legacy_no_arg``: no argument at all means the GPU."""
+    import torch
 
-            P.set(owner, name, make())
+    fn = getattr(torch, name, None)
+    if fn is None:
+        return
+    m, dev = s.mapper, s.target.device_type
+    api = f"torch.{name}"
 
-    # torch.is_autocast_enabled("cuda"), torch.get_autocast_dtype("cuda"), ...; no device = the GPU (legacy)
-    def device_first(name: str, legacy_no_arg: bool) -> None:
-        fn = getattr(torch, name, None)
-        if fn is None:
-            return
-        api = f"torch.{name}"
+    @functools.wraps(fn)
+    def w(*args: Any, **kwargs: Any):
+        if args and type(args[0]) is str:
+            args = (m.map(args[0], api),) + args[1:]
+        elif legacy_no_arg and not args and not kwargs:
+            s.rec.hit(api, dev)
+            return fn(dev)
+        return fn(*args, **kwargs)
 
-        @functools.wraps(fn)
-        def w(*args: Any, **kwargs: Any):
-            if args and type(args[0]) is str:
-                args = (m.map(args[0], api),) + args[1:]
-            elif legacy_no_arg and not args and not kwargs:
-                s.rec.hit(api, dev)
-                return fn(dev)
-            return fn(*args, **kwargs)
+    s.patches.set(torch, name, w)
 
-        P.set(torch, name, w)
 
-    device_first("is_autocast_enabled", True)
-    device_first("get_autocast_dtype", False)
-    device_first("set_autocast_dtype", False)
-    device_first("set_autocast_enabled", False)
+def _patch_gpu_dtype(s, real_get_dtype, real_set_dtype) -> None:
+    """``torch.get_autocast_gpu_dtype()`` / ``set_autocast_gpu_dtype(dtype)``: the target's."""
+    import torch
+
+    dev = s.target.device_type
 
     def gpu_dtype() -> Any:
         s.rec.hit("torch.get_autocast_gpu_dtype", dev)
         return real_get_dtype(dev)
 
-    real_set_dtype = torch.set_autocast_dtype
-
     def set_gpu_dtype(dtype: Any) -> None:
         s.rec.hit("torch.set_autocast_gpu_dtype", dev)
         real_set_dtype(dev, dtype)
 
-    P.set(torch, "get_autocast_gpu_dtype", gpu_dtype)
-    P.set(torch, "set_autocast_gpu_dtype", set_gpu_dtype)
+    s.patches.set(torch, "get_autocast_gpu_dtype", gpu_dtype)
+    s.patches.set(torch, "set_autocast_gpu_dtype", set_gpu_dtype)

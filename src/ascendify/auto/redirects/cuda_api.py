@@ -100,21 +100,32 @@ def _equivalents(s) -> dict[str, Any]:
     return out
 
 
-def install(s) -> None:
-    import torch
+class _Redirects:
+    """What every replacement of a ``torch.cuda`` name needs: the session, the target's equivalents and device
+    module, and the factories of the replacements (redirecting function or class, unsupported stub)."""
 
-    cuda = torch.cuda
-    t = s.target
-    m = s.mapper
-    rec = s.rec
-    P = s.patches
-    eq = _equivalents(s)
-    tmod = None if t.device_type == "cpu" else t.module()
-    no_effect = {}
-    if t.device_type == "cpu":
-        from ascendify.auto.redirects.cpu_cuda import NO_EFFECT as no_effect
+    def __init__(self, s) -> None:
+        self.s = s
+        self.t = s.target
+        self.m = s.mapper
+        self.rec = s.rec
+        self.eq = _equivalents(s)
+        self.tmod = None if self.t.device_type == "cpu" else self.t.module()
+        self.no_effect: dict[str, str] = {}
+        if self.t.device_type == "cpu":
+            from ascendify.auto.redirects.cpu_cuda import NO_EFFECT
 
-    def map_args(args: tuple, kwargs: dict, api: str) -> tuple[tuple, dict]:
+            self.no_effect = NO_EFFECT
+
+    def impl_of(self, name: str) -> Any:
+        """The target's equivalent of ``torch.cuda.<name>`` (None: none; ``_Missing``: absent here)."""
+        impl = self.eq.get(name, _ABSENT)
+        if impl is _ABSENT:  # not in the table: same name on the device module
+            impl = _safe_getattr(self.tmod, name)
+        return impl
+
+    def map_args(self, args: tuple, kwargs: dict, api: str) -> tuple[tuple, dict]:
+        m = self.m
         if args:
             a = args[0]
             if type(a) is str or type(a) is m.Device:
@@ -123,9 +134,10 @@ def install(s) -> None:
             kwargs["device"] = m.map(kwargs["device"], api)
         return args, kwargs
 
-    def redirect_fn(name: str, impl: Any, api: str) -> Any:
-        reason = no_effect.get(name)
-        dest = f"{t.device_type}: {getattr(impl, '__qualname__', name)}"
+    def redirect_fn(self, name: str, impl: Any, api: str) -> Any:
+        rec, map_args = self.rec, self.map_args
+        reason = self.no_effect.get(name)
+        dest = f"{self.t.device_type}: {getattr(impl, '__qualname__', name)}"
 
         if reason:
             def fn(*args: Any, **kwargs: Any):
@@ -140,8 +152,9 @@ def install(s) -> None:
 
         return light_wraps(fn, impl)
 
-    def redirect_cls(name: str, impl: type, api: str) -> Any:
-        dest = f"{t.device_type}: {impl.__qualname__}"
+    def redirect_cls(self, name: str, impl: type, api: str) -> Any:
+        rec, map_args = self.rec, self.map_args
+        dest = f"{self.t.device_type}: {impl.__qualname__}"
 
         def make(*args: Any, **kwargs: Any):
             rec.hit(api, dest)
@@ -150,39 +163,63 @@ def install(s) -> None:
 
         return class_factory(impl, name, "torch.cuda", make)
 
-    def unsupported(name: str, api: str, reason: str, ignorable: bool = False) -> Any:
+    def redirect(self, name: str, impl: Any, api: str) -> Any:
+        """The replacement of a name with an equivalent ``impl`` (a class, a function, or a plain value)."""
+        if isinstance(impl, type):
+            return self.redirect_cls(name, impl, api)
+        if callable(impl):
+            return self.redirect_fn(name, impl, api)
+        return impl
+
+    def unsupported(self, name: str, api: str, reason: str, ignorable: bool = False) -> Any:
+        rec = self.rec
+
         def stub(*_a: Any, **_k: Any):
             rec.unsupported_call(api, reason, ignorable)
             return _Null()
 
         stub.__name__ = name
         stub.__qualname__ = name
-        stub.__doc__ = f"ascendify: {api} has no equivalent on {t.name}: {reason}"
+        stub.__doc__ = f"ascendify: {api} has no equivalent on {self.t.name}: {reason}"
         stub._ascendify_unsupported = True
         return stub
 
-    def no_equivalent_reason(name: str) -> str:
+    def no_equivalent_reason(self, name: str) -> str:
         tip = TIPS.get(name)
-        if t.device_type == "npu":
+        if self.t.device_type == "npu":
             from ascendify import knowledge
 
             entry = knowledge.cuda_entry(f"torch.cuda.{name}") or {}
             if entry.get("doc_npu_name"):
                 tip = f"see {entry['doc_npu_name']}"
-        return f"no {t.device_type} equivalent" + (f"; {tip}" if tip else "")
+        return f"no {self.t.device_type} equivalent" + (f"; {tip}" if tip else "")
 
-    def place(owner: Any, name: str, new: Any) -> Any:
+    def place(self, owner: Any, name: str, new: Any) -> Any:
         """Set ``owner.name``; where torch had a class keep a class (torch runs ``isinstance`` on them)."""
         orig = getattr(owner, name, None)
         if isinstance(orig, type) and not isinstance(new, type):
             new = class_factory(orig, name, owner.__name__, new)
-        P.set(owner, name, new)
+        self.s.patches.set(owner, name, new)
         return new
 
-    # ---- probes ----
+
+def install(s) -> None:
+    import torch
+
+    r = _Redirects(s)
+    _install_probes(r, torch.cuda)
+    _install_legacy_types(r, torch)
+    replaced = _install_names(r, torch)
+    for sub in SUBMODULES:
+        _install_submodule(r, sub, replaced)
+
+
+def _install_probes(r: _Redirects, cuda: Any) -> None:
+    """``is_available`` / ``device_count``: the target for user code, the truth for libraries."""
+    t, rec = r.t, r.rec
     real_available = cuda.is_available
     real_count = cuda.device_count
-    count_impl = eq.get("device_count") or getattr(tmod, "device_count", None)
+    count_impl = r.eq.get("device_count") or getattr(r.tmod, "device_count", None)
 
     def is_available() -> bool:
         if caller_is_user(2):
@@ -198,16 +235,20 @@ def install(s) -> None:
 
     is_available.__doc__ = "ascendify: the target's availability for user code, the truth for libraries."
     device_count.__doc__ = is_available.__doc__
-    P.set(cuda, "is_available", is_available)
-    P.set(cuda, "device_count", device_count)
+    r.s.patches.set(cuda, "is_available", is_available)
+    r.s.patches.set(cuda, "device_count", device_count)
 
-    # ---- legacy tensor types ----
+
+def _install_legacy_types(r: _Redirects, torch: Any) -> None:
     for tname, dtname in LEGACY_DTYPES.items():
         dt = getattr(torch, dtname)
-        s.legacy_types[tname] = dt
-        P.set(cuda, tname, _legacy_type(tname, dt, s))
+        r.s.legacy_types[tname] = dt
+        r.s.patches.set(torch.cuda, tname, _legacy_type(tname, dt, r.s))
 
-    # ---- everything else in __all__ ----
+
+def _install_names(r: _Redirects, torch: Any) -> dict[str, Any]:
+    """Every other name of ``torch.cuda.__all__``; returns name -> replacement (the submodules reuse them)."""
+    cuda = torch.cuda
     replaced: dict[str, Any] = {}
     for name in cuda.__all__:
         if name in LEFT_ALONE or name in ("is_available", "device_count") or name in LEGACY_DTYPES:
@@ -215,59 +256,55 @@ def install(s) -> None:
         if name in SUBMODULES:
             continue
         api = f"torch.cuda.{name}"
-        impl = eq.get(name, _ABSENT)
-        if impl is _ABSENT:  # not in the table: same name on the device module
-            impl = _safe_getattr(tmod, name)
-        if name.endswith("Storage") and impl is None and t.device_type == "cpu":
+        impl = r.impl_of(name)
+        if name.endswith("Storage") and impl is None and r.t.device_type == "cpu":
             impl = getattr(torch, name, None)
         if impl is None:
-            new = unsupported(name, api, no_equivalent_reason(name))
+            new = r.unsupported(name, api, r.no_equivalent_reason(name))
         elif isinstance(impl, _Missing):
-            new = unsupported(name, api, f"{impl} exists in torch_npu but not in this process ({t.name})")
-        elif isinstance(impl, type):
-            new = redirect_cls(name, impl, api)
-        elif callable(impl):
-            new = redirect_fn(name, impl, api)
+            new = r.unsupported(name, api, f"{impl} exists in torch_npu but not in this process ({r.t.name})")
         else:
-            new = impl
-        replaced[name] = place(cuda, name, new)
+            new = r.redirect(name, impl, api)
+        replaced[name] = r.place(cuda, name, new)
+    return replaced
 
-    # ---- submodules: patch their functions too, so `from torch.cuda.memory import X` is covered ----
-    for sub in SUBMODULES:
-        try:
-            smod = importlib.import_module(f"torch.cuda.{sub}")
-        except Exception:
+
+def _install_submodule(r: _Redirects, sub: str, replaced: dict[str, Any]) -> None:
+    """Patch the functions of ``torch.cuda.<sub>`` too, so ``from torch.cuda.memory import X`` is covered."""
+    try:
+        smod = importlib.import_module(f"torch.cuda.{sub}")
+    except Exception:
+        return
+    names = list(getattr(smod, "__all__", None) or [n for n in vars(smod) if not n.startswith("_")])
+    if sub == "memory":
+        names += list(PRIVATE_MEMORY)
+    for name in names:
+        obj = getattr(smod, name, None)
+        if obj is None or isinstance(obj, type(contextlib)) or not callable(obj):
             continue
-        names = list(getattr(smod, "__all__", None) or [n for n in vars(smod) if not n.startswith("_")])
-        if sub == "memory":
-            names += list(PRIVATE_MEMORY)
-        for name in names:
-            obj = getattr(smod, name, None)
-            if obj is None or isinstance(obj, type(contextlib)) or not callable(obj):
-                continue
-            if getattr(obj, "__module__", "") and not str(getattr(obj, "__module__", "")).startswith("torch.cuda"):
-                continue  # re-exported helpers (contextlib.contextmanager, ...)
-            api = f"torch.cuda.{sub}.{name}"
-            if name in replaced:
-                place(smod, name, replaced[name])
-            elif sub in IGNORABLE:
-                place(smod, name, unsupported(name, api, IGNORABLE[sub], ignorable=True))
-            elif sub == "memory" and name in PRIVATE_MEMORY:
-                impl = _safe_getattr(_safe_getattr(tmod, "memory"), name)
-                place(smod, name, redirect_fn(name, impl, api) if callable(impl) else
-                      unsupported(name, api, no_equivalent_reason(name)))
-            elif sub in ("random", "memory", "graphs", "streams"):
-                impl = eq.get(name, _ABSENT)
-                if impl is _ABSENT:
-                    impl = _safe_getattr(tmod, name)
-                if impl is None or isinstance(impl, _Missing):
-                    place(smod, name, unsupported(name, api, no_equivalent_reason(name)))
-                elif isinstance(impl, type):
-                    place(smod, name, redirect_cls(name, impl, api))
-                else:
-                    place(smod, name, redirect_fn(name, impl, api))
-            else:
-                place(smod, name, unsupported(name, api, no_equivalent_reason(sub)))
+        if getattr(obj, "__module__", "") and not str(getattr(obj, "__module__", "")).startswith("torch.cuda"):
+            continue  # re-exported helpers (contextlib.contextmanager, ...)
+        r.place(smod, name, _submodule_replacement(r, sub, name, replaced))
+
+
+def _submodule_replacement(r: _Redirects, sub: str, name: str, replaced: dict[str, Any]) -> Any:
+    api = f"torch.cuda.{sub}.{name}"
+    if name in replaced:
+        return replaced[name]
+    if sub in IGNORABLE:
+        return r.unsupported(name, api, IGNORABLE[sub], ignorable=True)
+    if sub == "memory" and name in PRIVATE_MEMORY:
+        impl = _safe_getattr(_safe_getattr(r.tmod, "memory"), name)
+        return r.redirect_fn(name, impl, api) if callable(impl) else r.unsupported(
+            name, api, r.no_equivalent_reason(name))
+    if sub in ("random", "memory", "graphs", "streams"):
+        impl = r.impl_of(name)
+        if impl is None or isinstance(impl, _Missing):
+            return r.unsupported(name, api, r.no_equivalent_reason(name))
+        if isinstance(impl, type):
+            return r.redirect_cls(name, impl, api)
+        return r.redirect_fn(name, impl, api)
+    return r.unsupported(name, api, r.no_equivalent_reason(sub))
 
 
 def _legacy_type(name: str, dtype: Any, s) -> type:

@@ -68,74 +68,99 @@ def _wrap_kwargs(fn, api: str, fixers: dict[str, Any]):
 
 
 def install(s) -> None:
-    import torch
     import torch.distributed as dist
 
     if not dist.is_available():
         return
     import torch.distributed.distributed_c10d as c10d
 
-    m = s.mapper
-    t = s.target
-    rec = s.rec
-    P = s.patches
-    Device = s.Device
+    _patch_groups(s, dist, c10d)
+    _patch_is_nccl_available(s, dist, c10d)
+    _patch_ddp(s)
+    # FSDP, DeviceMesh and pipelining are patched when first imported (importing them costs seconds)
+    s.import_hooks.watch("torch.distributed.pipelining.stage", functools.partial(_patch_pipelining, s))
+    s.import_hooks.watch("torch.distributed.fsdp", functools.partial(_patch_fsdp, s))
+    s.import_hooks.watch("torch.distributed.device_mesh", functools.partial(_patch_mesh, s, dist))
 
-    def backend(api: str):
-        return lambda b: map_backend(b, t, rec, api)
 
-    def device_id(api: str):
-        def fix(d: Any) -> Any:
-            if d is None:
-                return None
-            if type(d) is int or (type(d) is Device and d.type == "cuda") or (type(d) is str and d[:4] == "cuda"):
-                nd = m.map(d, api, True)
-                if not t.indexed:
-                    return None
-                return Device(nd) if type(nd) is str else nd
-            return d
+# ---- argument fixers: value -> value on the target, recorded under ``api`` ----
 
-        return fix
 
-    def device_index(api: str):
-        def fix(d: Any) -> Any:
-            if d is None:
-                return None
-            if type(d) is int:
-                if not t.indexed:
-                    rec.hit(api, "None (cpu)")
-                    return None
-                return d
+def _backend(s, api: str):
+    t, rec = s.target, s.rec
+    return lambda b: map_backend(b, t, rec, api)
+
+
+def _device_id(s, api: str):
+    """A process group's / FSDP's ``device_id``: a target device (None on the CPU)."""
+    m, t, Device = s.mapper, s.target, s.Device
+
+    def fix(d: Any) -> Any:
+        if d is None:
+            return None
+        if type(d) is int or (type(d) is Device and d.type == "cuda") or (type(d) is str and d[:4] == "cuda"):
             nd = m.map(d, api, True)
-            if nd is d:
-                return d
             if not t.indexed:
                 return None
-            nd = Device(nd) if type(nd) is str else nd
-            return nd.index
+            return Device(nd) if type(nd) is str else nd
+        return d
 
-        return fix
+    return fix
 
-    def device_ids(api: str):
-        one = device_index(api)
 
-        def fix(ids: Any) -> Any:
-            if ids is None:
+def _device_index(s, api: str):
+    """DDP's ``output_device`` (and each of ``device_ids``): a target index (None on the CPU)."""
+    m, t, rec, Device = s.mapper, s.target, s.rec, s.Device
+
+    def fix(d: Any) -> Any:
+        if d is None:
+            return None
+        if type(d) is int:
+            if not t.indexed:
+                rec.hit(api, "None (cpu)")
                 return None
-            out = [one(i) for i in ids]
-            return None if any(o is None for o in out) else type(ids)(out) if isinstance(ids, tuple) else out
+            return d
+        nd = m.map(d, api, True)
+        if nd is d:
+            return d
+        if not t.indexed:
+            return None
+        nd = Device(nd) if type(nd) is str else nd
+        return nd.index
 
-        return fix
+    return fix
 
+
+def _device_ids(s, api: str):
+    one = _device_index(s, api)
+
+    def fix(ids: Any) -> Any:
+        if ids is None:
+            return None
+        out = [one(i) for i in ids]
+        return None if any(o is None for o in out) else type(ids)(out) if isinstance(ids, tuple) else out
+
+    return fix
+
+
+# ---- the patches ----
+
+
+def _patch_groups(s, dist: Any, c10d: Any) -> None:
+    """``init_process_group`` / ``new_group``: backend and device_id."""
     for owner in (dist, c10d):
-        P.set(owner, "init_process_group", _wrap_kwargs(
+        s.patches.set(owner, "init_process_group", _wrap_kwargs(
             c10d.init_process_group, "dist.init_process_group",
-            {"backend": backend("dist.init_process_group(backend)"),
-             "device_id": device_id("dist.init_process_group(device_id)")}))
-        P.set(owner, "new_group", _wrap_kwargs(
+            {"backend": _backend(s, "dist.init_process_group(backend)"),
+             "device_id": _device_id(s, "dist.init_process_group(device_id)")}))
+        s.patches.set(owner, "new_group", _wrap_kwargs(
             c10d.new_group, "dist.new_group",
-            {"backend": backend("dist.new_group(backend)"), "device_id": device_id("dist.new_group(device_id)")}))
+            {"backend": _backend(s, "dist.new_group(backend)"),
+             "device_id": _device_id(s, "dist.new_group(device_id)")}))
 
+
+def _patch_is_nccl_available(s, dist: Any, c10d: Any) -> None:
+    t, rec = s.target, s.rec
     real_is_backend_available = c10d.is_backend_available
     real_is_nccl_available = c10d.is_nccl_available
 
@@ -150,43 +175,46 @@ def install(s) -> None:
             return False
 
     # only the public namespace: c10d's own functions look the name up in their module globals
-    P.set(dist, "is_nccl_available", is_nccl_available)
+    s.patches.set(dist, "is_nccl_available", is_nccl_available)
 
+
+def _patch_ddp(s) -> None:
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    P.set(DDP, "__init__", _wrap_kwargs(DDP.__init__, "DistributedDataParallel", {
-        "device_ids": device_ids("DistributedDataParallel(device_ids)"),
-        "output_device": device_index("DistributedDataParallel(output_device)"),
+    s.patches.set(DDP, "__init__", _wrap_kwargs(DDP.__init__, "DistributedDataParallel", {
+        "device_ids": _device_ids(s, "DistributedDataParallel(device_ids)"),
+        "output_device": _device_index(s, "DistributedDataParallel(output_device)"),
     }))
 
-    def patch_fsdp(mod) -> None:
-        FSDP = mod.FullyShardedDataParallel
-        P.set(FSDP, "__init__", _wrap_kwargs(FSDP.__init__, "FullyShardedDataParallel",
-                                             {"device_id": device_id("FullyShardedDataParallel(device_id)")}))
 
-    def patch_mesh(dm) -> None:
-        def dtype_fix(api: str):
-            return lambda d: m.map(d, api)
+def _patch_fsdp(s, mod) -> None:
+    FSDP = mod.FullyShardedDataParallel
+    s.patches.set(FSDP, "__init__", _wrap_kwargs(FSDP.__init__, "FullyShardedDataParallel",
+                                                 {"device_id": _device_id(s, "FullyShardedDataParallel(device_id)")}))
 
-        P.set(dm.DeviceMesh, "__init__", _wrap_kwargs(dm.DeviceMesh.__init__, "DeviceMesh",
-                                                       {"device_type": dtype_fix("DeviceMesh(device_type)")}))
-        real_init_mesh = dm.init_device_mesh
-        wrapped = _wrap_kwargs(real_init_mesh, "init_device_mesh",
-                               {"device_type": dtype_fix("init_device_mesh(device_type)")})
-        P.set(dm, "init_device_mesh", wrapped)
-        if getattr(dist, "init_device_mesh", None) is real_init_mesh:
-            P.set(dist, "init_device_mesh", wrapped)
 
-    def patch_pipelining(st) -> None:
-        def dev(api: str):
-            return lambda d: m.map(d, api, True)
+def _patch_mesh(s, dist: Any, dm) -> None:
+    m, P = s.mapper, s.patches
 
-        P.set(st.PipelineStage, "__init__", _wrap_kwargs(st.PipelineStage.__init__, "PipelineStage",
-                                                          {"device": dev("PipelineStage(device)")}))
-        P.set(st, "build_stage", _wrap_kwargs(st.build_stage, "build_stage", {"device": dev("build_stage(device)")}))
+    def dtype_fix(api: str):
+        return lambda d: m.map(d, api)
 
-    # FSDP, DeviceMesh and pipelining are patched when first imported (importing them costs seconds)
-    s.import_hooks.watch("torch.distributed.pipelining.stage", patch_pipelining)
-    s.import_hooks.watch("torch.distributed.fsdp", patch_fsdp)
-    s.import_hooks.watch("torch.distributed.device_mesh", patch_mesh)
-    del torch
+    P.set(dm.DeviceMesh, "__init__", _wrap_kwargs(dm.DeviceMesh.__init__, "DeviceMesh",
+                                                   {"device_type": dtype_fix("DeviceMesh(device_type)")}))
+    real_init_mesh = dm.init_device_mesh
+    wrapped = _wrap_kwargs(real_init_mesh, "init_device_mesh",
+                           {"device_type": dtype_fix("init_device_mesh(device_type)")})
+    P.set(dm, "init_device_mesh", wrapped)
+    if getattr(dist, "init_device_mesh", None) is real_init_mesh:
+        P.set(dist, "init_device_mesh", wrapped)
+
+
+def _patch_pipelining(s, st) -> None:
+    m, P = s.mapper, s.patches
+
+    def dev(api: str):
+        return lambda d: m.map(d, api, True)
+
+    P.set(st.PipelineStage, "__init__", _wrap_kwargs(st.PipelineStage.__init__, "PipelineStage",
+                                                      {"device": dev("PipelineStage(device)")}))
+    P.set(st, "build_stage", _wrap_kwargs(st.build_stage, "build_stage", {"device": dev("build_stage(device)")}))

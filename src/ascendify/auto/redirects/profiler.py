@@ -15,9 +15,13 @@ def install(s) -> None:
     import torch.autograd.profiler as ap
     import torch.profiler as tp
 
-    P = s.patches
-    rec = s.rec
-    t = s.target
+    _patch_profile(s, tp, _activity_fixer(s, tp))
+    _patch_autograd_profile(s, ap)
+
+
+def _activity_fixer(s, tp):
+    """``activities`` -> the same list with ``CUDA`` replaced by the target's activity (or dropped)."""
+    rec, t = s.rec, s.target
     CUDA = tp.ProfilerActivity.CUDA
     try:
         supported = set(tp.supported_activities())
@@ -43,6 +47,11 @@ def install(s) -> None:
             rec.noop("torch.profiler.ProfilerActivity.CUDA", f"no profiler activity for {t.name}: dropped")
         return out
 
+    return fix_activities
+
+
+def _patch_profile(s, tp, fix_activities) -> None:
+    rec, t = s.rec, s.target
     prof = tp.profile
     init = prof.__init__
 
@@ -55,8 +64,11 @@ def install(s) -> None:
             rec.noop("torch.profiler.profile(use_cuda)", f"no CUDA on {t.name}: dropped")
         return init(self, *args, **kwargs)
 
-    P.set(prof, "__init__", profile_init)
+    s.patches.set(prof, "__init__", profile_init)
 
+
+def _patch_autograd_profile(s, ap) -> None:
+    rec, t = s.rec, s.target
     aprof = ap.profile
     ainit = aprof.__init__
 
@@ -67,4 +79,4 @@ def install(s) -> None:
             rec.noop("torch.autograd.profiler.profile(use_cuda)", f"no CUDA on {t.name}: dropped")
         return ainit(self, *args, **kwargs)
 
-    P.set(aprof, "__init__", aprofile_init)
+    s.patches.set(aprof, "__init__", aprofile_init)

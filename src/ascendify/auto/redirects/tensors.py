@@ -17,42 +17,55 @@ NEW_METHODS = ("new_empty", "new_empty_strided", "new_full", "new_ones", "new_te
 def install(s) -> None:
     import torch
 
-    m = s.mapper
-    Device = s.Device
-    Tensor = torch.Tensor
-    Module = torch.nn.Module
-    target = s.target
-    P = s.patches
+    Tensor, Module = torch.Tensor, torch.nn.Module
+    # the originals, captured before anything is patched: the wrappers below call them
+    tensor_to, module_to, pin, real_type = Tensor.to, Module.to, Tensor.pin_memory, Tensor.type
+    _patch_to(s, Tensor, Module)
+    _patch_new_methods(s, Tensor, Module)
+    _patch_pin_memory(s, Tensor, pin)
+    if s.target.device_type == "cpu":
+        _patch_record_stream(s, torch)
+    _patch_cuda(s, torch, tensor_to, module_to)
+    _patch_is_cuda(s, Tensor)
+    _patch_type(s, Tensor, tensor_to, real_type)
+    _allow_on_lazy_parameters(s, Tensor, {"to": tensor_to, "cuda": None, "pin_memory": pin, "type": real_type})
 
-    # ---- Tensor.to / Module.to: first positional may be a device (str, torch.device, int index) ----
-    def wrap_to(fn, api: str):
-        @functools.wraps(fn)
-        def to(self, *args: Any, **kwargs: Any):
-            if args:
-                a = args[0]
-                t = type(a)
-                if t is str or t is Device or t is int:
-                    args = (m.map(a, api, True),) + args[1:]
-            if kwargs:
-                d = kwargs.get("device")
-                if d is not None:
-                    kwargs["device"] = m.map(d, api, True)
-            return fn(self, *args, **kwargs)
 
-        return to
+def _wrap_to(fn, api: str, m, Device: type):
+    """``Tensor.to`` / ``Module.to``: the first positional may be a device (str, torch.device, int index)."""
 
-    tensor_to = Tensor.to
-    module_to = Module.to
-    P.set(Tensor, "to", wrap_to(tensor_to, "Tensor.to"))
-    P.set(Module, "to", wrap_to(module_to, "Module.to"))
+    @functools.wraps(fn)
+    def to(self, *args: Any, **kwargs: Any):
+        if args:
+            a = args[0]
+            t = type(a)
+            if t is str or t is Device or t is int:
+                args = (m.map(a, api, True),) + args[1:]
+        if kwargs:
+            d = kwargs.get("device")
+            if d is not None:
+                kwargs["device"] = m.map(d, api, True)
+        return fn(self, *args, **kwargs)
 
+    return to
+
+
+def _patch_to(s, Tensor: type, Module: type) -> None:
+    s.patches.set(Tensor, "to", _wrap_to(Tensor.to, "Tensor.to", s.mapper, s.Device))
+    s.patches.set(Module, "to", _wrap_to(Module.to, "Module.to", s.mapper, s.Device))
+
+
+def _patch_new_methods(s, Tensor: type, Module: type) -> None:
     from ascendify.auto.redirects.factories import wrap_device_kw
 
+    m = s.mapper
     for name in NEW_METHODS:
-        P.set(Tensor, name, wrap_device_kw(getattr(Tensor, name), f"Tensor.{name}", m))
-    P.set(Module, "to_empty", wrap_device_kw(Module.to_empty, "Module.to_empty", m))
+        s.patches.set(Tensor, name, wrap_device_kw(getattr(Tensor, name), f"Tensor.{name}", m))
+    s.patches.set(Module, "to_empty", wrap_device_kw(Module.to_empty, "Module.to_empty", m))
 
-    pin = Tensor.pin_memory
+
+def _patch_pin_memory(s, Tensor: type, pin) -> None:
+    m = s.mapper
 
     @functools.wraps(pin)
     def pin_memory(self, *args: Any, **kwargs: Any):
@@ -66,26 +79,39 @@ def install(s) -> None:
         s.rec.noop("Tensor.pin_memory", "no accelerator to pin memory for on cpu: returns the tensor itself")
         return self
 
-    P.set(Tensor, "pin_memory", pin_memory_cpu if target.device_type == "cpu" else pin_memory)
+    s.patches.set(Tensor, "pin_memory", pin_memory_cpu if s.target.device_type == "cpu" else pin_memory)
 
-    if target.device_type == "cpu":
-        real_record_stream = Tensor.record_stream
 
-        def record_stream(self, stream: Any):
-            if not isinstance(stream, torch.Stream):  # the cpu stand-in of torch.cuda.Stream
-                s.rec.noop("Tensor.record_stream", "no streams on cpu: nothing to record")
-                return None
-            return real_record_stream(self, stream)
+def _patch_record_stream(s, torch: Any) -> None:
+    real_record_stream = torch.Tensor.record_stream
 
-        P.set(Tensor, "record_stream", record_stream)
+    def record_stream(self, stream: Any):
+        if not isinstance(stream, torch.Stream):  # the cpu stand-in of torch.cuda.Stream
+            s.rec.noop("Tensor.record_stream", "no streams on cpu: nothing to record")
+            return None
+        return real_record_stream(self, stream)
 
-    # ---- .cuda() ----
+    s.patches.set(torch.Tensor, "record_stream", record_stream)
+
+
+def _target_for(s):
+    """``.cuda(device)``'s device on the target: None -> the current one, an int -> that index."""
+    m, target = s.mapper, s.target
+
     def target_for(device: Any, api: str):
         if device is None:
             return target.device_str(None)
         if type(device) is int:
             return target.device_str(device)
         return m.map(device, api, True)
+
+    return target_for
+
+
+def _patch_cuda(s, torch: Any, tensor_to, module_to) -> None:
+    """``Tensor.cuda()``, ``Module.cuda()``, ``UntypedStorage/TypedStorage.cuda()`` move to the target."""
+    target, P = s.target, s.patches
+    target_for = _target_for(s)
 
     def tensor_cuda(self, device=None, non_blocking=False, memory_format=torch.preserve_format):
         s.rec.hit("Tensor.cuda", target.device_type)
@@ -98,8 +124,8 @@ def install(s) -> None:
 
     tensor_cuda.__doc__ = f"Redirected by ascendify: moves to {target.device_type} (see docs/auto.md)."
     module_cuda.__doc__ = tensor_cuda.__doc__
-    P.set(Tensor, "cuda", tensor_cuda)
-    P.set(Module, "cuda", module_cuda)
+    P.set(torch.Tensor, "cuda", tensor_cuda)
+    P.set(torch.nn.Module, "cuda", module_cuda)
 
     for storage_cls in (torch.UntypedStorage, torch.TypedStorage):
         def storage_cuda(self, device=None, non_blocking=False, _api=f"{storage_cls.__name__}.cuda"):
@@ -108,9 +134,11 @@ def install(s) -> None:
 
         P.set(storage_cls, "cuda", storage_cuda)
 
-    # ---- .is_cuda: user code asks "is it on the accelerator?"; libraries get the truth ----
+
+def _patch_is_cuda(s, Tensor: type) -> None:
+    """``.is_cuda``: user code asks "is it on the accelerator?"; libraries get the truth."""
     real_is_cuda = Tensor.is_cuda
-    dev_type = target.device_type
+    dev_type = s.target.device_type
 
     def is_cuda(self) -> bool:
         if caller_is_user(2):
@@ -118,10 +146,12 @@ def install(s) -> None:
             return self.device.type == dev_type
         return real_is_cuda.__get__(self)
 
-    P.set(Tensor, "is_cuda", property(is_cuda, doc="Redirected by ascendify (see docs/auto.md)."))
+    s.patches.set(Tensor, "is_cuda", property(is_cuda, doc="Redirected by ascendify (see docs/auto.md)."))
 
-    # ---- .type("torch.cuda.FloatTensor") / .type(torch.cuda.FloatTensor) ----
-    real_type = Tensor.type
+
+def _patch_type(s, Tensor: type, tensor_to, real_type) -> None:
+    """``.type("torch.cuda.FloatTensor")`` / ``.type(torch.cuda.FloatTensor)``."""
+    target = s.target
     legacy = s.legacy_types  # name -> dtype, filled by cuda_api
 
     @functools.wraps(real_type)
@@ -136,16 +166,18 @@ def install(s) -> None:
             return real_type(self)
         return real_type(self, dtype, non_blocking, **kwargs)
 
-    P.set(Tensor, "type", tensor_type)
+    s.patches.set(Tensor, "type", tensor_type)
 
-    # LazyModules' uninitialized parameters allow a fixed list of Tensor methods: allow our wrappers as well
+
+def _allow_on_lazy_parameters(s, Tensor: type, originals: dict[str, Any]) -> None:
+    """LazyModules' uninitialized parameters allow a fixed list of Tensor methods: allow our wrappers of the
+    allowed ones as well (``originals``: name -> the method before patching; None: always allow)."""
     from torch.nn.parameter import UninitializedTensorMixin
 
     allowed = UninitializedTensorMixin._allowed_methods
-    originals = {"to": tensor_to, "cuda": None, "pin_memory": pin, "type": real_type}
     extra = []
     for name, orig in originals.items():
         wrapper = getattr(Tensor, name)
         if orig is None or orig in allowed:
             extra.append(wrapper)
-    P.set(UninitializedTensorMixin, "_allowed_methods", list(allowed) + extra)
+    s.patches.set(UninitializedTensorMixin, "_allowed_methods", list(allowed) + extra)
