@@ -582,10 +582,11 @@ def build_from_wheel(whl: Path, ref: Path) -> tuple[dict, dict]:
             partial.append({"name": fam, "missing_overloads": d["missing"], "covered_overloads": d["covered"]})
     coverage = {
         "provenance": {
-            "derived_from": whl.name,
-            "sha256_16": sha[:16],
+            **_provenance(ref, "npu_aten_op_coverage.json", ""),
             "source": f"exact: torch_npu {version} wheel registrations + torch's composite kernels "
-            "(tools/build_kb.py --wheel; see npu_kernels.json)",
+            "(tools/build_kb.py --wheel; see npu_kernels.json); the reference file gives python_api names only",
+            "wheel": whl.name,
+            "wheel_sha256": sha,
         },
         "method": "Exact NPU coverage of ATen operators, derived from the torch_npu wheel.",
         "ops_without_any_npu_kernel": no_kernel,
