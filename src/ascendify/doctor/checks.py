@@ -227,8 +227,11 @@ def check_cann(f: dict[str, Any]) -> CheckResult:
     return CheckResult("skip", "no CANN toolkit (needed only with a real NPU)", "on an NPU host: " + fix)
 
 
-def _expected(template: str, home: str) -> str:
-    return os.path.normpath(template.format(home=home))
+def _expected(template: str, home: str, root: str = "/") -> str:
+    path = template.format(home=home)
+    if not template.startswith("{home}") and root not in ("", "/"):
+        path = os.path.join(root, path.lstrip("/"))  # a system path (the driver's), seen under the host's root
+    return os.path.normpath(path)
 
 
 @check("cann-env", "Environment variables set_env.sh sets")
@@ -261,7 +264,8 @@ def check_cann_env(f: dict[str, Any]) -> CheckResult:
         if e.get("when") == "driver" and not have_driver:
             continue
         entries = [os.path.normpath(x) for x in (env.get(e["var"]) or "").split(":") if x]
-        wants = [_expected(e["entry"], home)] + ([_expected(e["alt"], home)] if e.get("alt") else [])
+        root = (f.get("host") or {}).get("root", "/")
+        wants = [_expected(e["entry"], home, root)] + ([_expected(e["alt"], home, root)] if e.get("alt") else [])
         if not any(w in entries for w in wants):
             (missing if e["required"] else optional).append(f"{e['var']} += {wants[0]}")
     script = c.get("set_env") or os.path.join(os.path.dirname(home.rstrip("/")), "set_env.sh")

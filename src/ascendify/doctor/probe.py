@@ -71,7 +71,7 @@ class Host:
 def gather(host: Host | None = None) -> dict[str, Any]:
     """Every fact, as JSON-ready data. Never raises."""
     host = host or Host()
-    facts: dict[str, Any] = {}
+    facts: dict[str, Any] = {"host": {"root": host.root, "arch": host.arch}}
     for key, fn in (
         ("os", _os),
         ("python", _python),

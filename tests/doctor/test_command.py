@@ -1,0 +1,98 @@
+"""The ``ascendify doctor`` front-end: JSON schema, bug-report block, --out files, check listing, bad input, and
+that the environment checks never import torch."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from ascendify import cli
+from ascendify.doctor import REGISTRY, SCHEMA
+
+
+def run_json(capsys, *args) -> tuple[int, dict]:
+    rc = cli.main(["doctor", "--skip-device", "--quiet", "--json", *args])
+    return rc, json.loads(capsys.readouterr().out)
+
+
+def test_json_schema(capsys):
+    rc, rep = run_json(capsys)
+    assert rc == (1 if rep["summary"]["fail"] else 0)
+    assert rep["schema"] == SCHEMA
+    assert set(rep) == {"schema", "ascendify_version", "generated", "summary", "checks", "devices", "facts"}
+    assert set(rep["summary"]) == {"ok", "warn", "fail", "skip", "verdict", "npu"}
+    assert sum(rep["summary"][s] for s in ("ok", "warn", "fail", "skip")) == len(rep["checks"])
+    assert [r["id"] for r in rep["checks"]] == list(REGISTRY)
+    for r in rep["checks"]:
+        assert set(r) == {"id", "title", "section", "status", "found", "fix", "details"}
+        assert r["status"] in ("ok", "warn", "fail", "skip")
+        assert r["found"]
+        if r["status"] in ("warn", "fail"):
+            assert r["fix"], r["id"]
+    assert rep["devices"] == []
+    for key in ("os", "python", "packages", "cann", "driver", "env", "libraries", "torch_npu_probe", "cuda"):
+        assert key in rep["facts"]
+
+
+def test_check_selection_and_listing(capsys):
+    rc, rep = run_json(capsys, "--check", "os,python")
+    assert [r["id"] for r in rep["checks"]] == ["os", "python"]
+    assert cli.main(["doctor", "--list-checks"]) == 0
+    out = capsys.readouterr().out
+    for cid in REGISTRY:
+        assert f"\n{cid}: " in "\n" + out
+    assert cli.main(["doctor", "--list-checks", "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert {x["id"] for x in listed} >= set(REGISTRY)
+
+
+def test_bad_arguments_are_usage_errors(capsys):
+    assert cli.main(["doctor", "--check", "nope"]) == 2
+    assert "unknown check nope" in capsys.readouterr().err
+    assert cli.main(["doctor", "--device", "tpu"]) == 2
+    assert "unknown --device tpu" in capsys.readouterr().err
+
+
+def test_bug_report_and_out_dir(capsys, tmp_path):
+    assert cli.main(["doctor", "--skip-device", "--quiet", "--bug-report"]) in (0, 1)
+    block = capsys.readouterr().out
+    assert block.startswith("### Environment (`ascendify doctor --bug-report`)")
+    for label in ("`ascendify`", "`OS`", "`Python`", "`torch`", "`torch-npu`", "`CANN`", "`NPUs`", "`doctor`"):
+        assert f"- {label}: " in block
+    out = tmp_path / "rep"
+    assert cli.main(["doctor", "--skip-device", "--quiet", "--out", str(out)]) in (0, 1)
+    text = capsys.readouterr().out
+    assert "wrote" in text and "check" in text
+    rep = json.loads((out / "doctor.json").read_text())
+    assert rep["schema"] == SCHEMA
+    md = (out / "doctor.md").read_text()
+    assert md.startswith("# ascendify doctor") and "| status | check | found | fix |" in md
+    assert "## Bug report block" in md
+    for name in ("doctor.json", "doctor.md"):
+        assert oct((out / name).stat().st_mode & 0o777) == oct(0o644)
+
+
+def test_terminal_table_fits_80_columns():
+    env = dict(os.environ, COLUMNS="80")
+    p = subprocess.run([sys.executable, "-m", "ascendify", "doctor", "--skip-device", "--quiet"],
+                       capture_output=True, text=True, env=env, timeout=120)
+    assert p.returncode in (0, 1), p.stderr
+    lines = p.stdout.splitlines()
+    assert max(len(ln) for ln in lines) <= 80
+    assert any(ln.split()[:2] == ["ok", "│"] or ln.startswith("ok ") for ln in lines)
+
+
+def test_environment_checks_import_neither_torch_nor_torch_npu():
+    code = (
+        "import sys, time; t = time.perf_counter()\n"
+        "from ascendify.doctor import run_checks\n"
+        "rep = run_checks(device=False)\n"
+        "assert 'torch' not in sys.modules and 'torch_npu' not in sys.modules, sorted(m for m in sys.modules if 'torch' in m)\n"
+        "print(round(time.perf_counter() - t, 2))\n"
+    )
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    code = "import sys; import ascendify.commands.doctor; assert 'torch' not in sys.modules and 'ascendify.doctor' not in sys.modules"
+    assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0

@@ -1,0 +1,91 @@
+"""``ascendify doctor --explain``: the known-error knowledge base (data/known_errors.json) on sample logs, one per
+family, written from the real messages the entries cite."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from ascendify import cli, knowledge
+from ascendify.doctor import explain
+
+from .fakes import FIXTURES
+
+LOGS = FIXTURES / "logs"
+
+EXPECTED = {
+    "libraries.log": {"cann-lib-missing", "driver-lib-missing"},
+    "versions.log": {"pip-torch-npu-requires-torch", "torch-npu-undefined-symbol", "two-accelerators"},
+    "availability.log": {"device-unavailable", "err00100", "visible-devices-invalid", "npu-is-available-false"},
+    "busy.log": {"npu-smi-dcmi-busy", "resource-busy"},
+    "memory.log": {"npu-oom"},
+    "hccl.log": {"hccl-op-failed", "hccl-socket-timeout", "hccl-link-timeout"},
+    "cann_codes.log": {"ez9999", "op-no-binary", "ee9999", "eh9999", "el9999", "aicore-exception", "err99999",
+                       "set-device-failed-opp"},
+    "emulator.log": {"emulator-refused", "emulator-fidelity", "cpu-fallback", "emulator-not-emulated",
+                     "emulator-multi-device-backward"},
+    "migration.log": {"torch-not-compiled-cuda", "cpu-fallback"},
+    "clean.log": set(),
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_each_family_log_finds_exactly_its_entries(name):
+    hits = explain.match_text((LOGS / name).read_text())
+    assert {h["entry"]["id"] for h in hits} == EXPECTED[name]
+
+
+def test_every_family_has_a_sample_log():
+    covered = {e["family"] for e in explain.entries() if any(e["id"] in ids for ids in EXPECTED.values())}
+    assert covered == set(knowledge.load("known_errors")["families"])
+
+
+def test_every_entry_is_complete_and_matches_its_own_example():
+    ids = set()
+    for e in explain.entries():
+        assert e["id"] not in ids
+        ids.add(e["id"])
+        for key in ("title", "cause", "fix", "family"):
+            assert e[key].strip(), (e["id"], key)
+        assert e["sources"] and e["patterns"]
+        for p in e["patterns"]:
+            re.compile(p)
+        own = {h["entry"]["id"] for h in explain.match_text(e["example"])}
+        assert e["id"] in own, e["id"]
+
+
+def test_summary_keeps_line_numbers_and_order():
+    groups = explain.summarize(explain.match_text((LOGS / "hccl.log").read_text()))
+    assert [g["id"] for g in groups] == ["hccl-op-failed", "hccl-socket-timeout", "hccl-link-timeout"]
+    assert groups[1]["matches"][0]["line_no"] == 2
+    assert groups[2]["matches"][0]["line_no"] == 3 and len(groups[2]["matches"]) == 2
+
+
+def test_cli_explain_text_json_stdin_and_exit_codes(capsys, monkeypatch):
+    assert cli.main(["doctor", "--explain", str(LOGS / "memory.log")]) == 0
+    out = capsys.readouterr().out
+    assert "[npu-oom]" in out and "line 2:" in out and "PYTORCH_NPU_ALLOC_CONF" in out and "source:" in out
+
+    assert cli.main(["doctor", "--explain", str(LOGS / "clean.log")]) == 1
+    assert "no known error found" in capsys.readouterr().out
+
+    assert cli.main(["doctor", "--explain", str(LOGS / "busy.log"), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["source"].endswith("busy.log")
+    assert [m["id"] for m in data["matches"]] == ["npu-smi-dcmi-busy", "resource-busy"]
+    assert set(data["matches"][0]) >= {"id", "family", "cause", "fix", "sources", "patterns", "matches"}
+
+    import io
+
+    monkeypatch.setattr("sys.stdin", io.StringIO("EI0006: Getting socket times out\n"))
+    assert cli.main(["doctor", "--explain"]) == 0
+    assert "[hccl-socket-timeout]" in capsys.readouterr().out
+
+
+def test_cli_explain_bad_input_names_the_file(capsys, tmp_path):
+    assert cli.main(["doctor", "--explain", str(tmp_path / "missing.log")]) == 2
+    assert f"{tmp_path / 'missing.log'}: no such file" in capsys.readouterr().err
+    assert cli.main(["doctor", "--explain", str(tmp_path)]) == 2
+    assert "is a folder" in capsys.readouterr().err
