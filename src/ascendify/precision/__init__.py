@@ -25,10 +25,10 @@ from ascendify.precision.model import (
 
 # public name -> module that defines it (imported lazily: importing ascendify.precision does not import torch)
 _LAZY: dict[str, str] = {
-    "dump": "ascendify.precision.dump",
-    "Dumper": "ascendify.precision.dump",
-    "DumpTooLarge": "ascendify.precision.dump",
-    "step": "ascendify.precision.dump",
+    "dump": "ascendify.precision.dumper",
+    "Dumper": "ascendify.precision.dumper",
+    "DumpTooLarge": "ascendify.precision.dumper",
+    "step": "ascendify.precision.dumper",
     "compare_models": "ascendify.precision.lockstep",
     "compare_dumps": "ascendify.precision.dumpcompare",
     "compare_curves": "ascendify.precision.curves",

@@ -16,20 +16,21 @@ Single-process programs may write ``rank`` instead of ``rank0`` (msprobe does th
 The fingerprint (``TensorStats.fingerprint``)
 ---------------------------------------------
 Statistics (max/min/mean/L2 norm) miss two kinds of defects: a permutation inside a tensor leaves them all equal,
-and cosine-based comparison ignores scale. The fingerprint catches both at the cost of about two multiply-adds per
-element, computed on the device without a host synchronisation:
+and cosine-based comparison ignores scale. The fingerprint catches both, computed on the device without a host
+synchronisation (``precision.stats.fingerprint``):
 
-* view the tensor (upcast to float32) as a matrix ``X`` of shape ``(r, c)``, with ``c`` its last dimension
-  (``c = numel`` for 0-d/1-d tensors, ``r = 1``);
-* ``U`` (``r x 2``) and ``V`` (``c x 4``) are fixed weight matrices in ``[-1, 1)``, generated from an integer hash
-  of the position (``stats.position_weights``: identical on every machine and device, no RNG);
-* ``fingerprint = flatten(U^T X V) / sqrt(numel)``: 8 numbers.
+* take the tensor's elements in logical (row-major) order, ``x_0 .. x_{n-1}``, as float32;
+* pick ``k = min(n, FINGERPRINT_SAMPLES)`` positions ``p_i``: all of them when ``n <= 4096``, else
+  ``p_i = floor(n * (h(i, 7) + 1) / 2)``;
+* ``fingerprint_j = sum_i W[i, j] * x[p_i] / sqrt(k)`` for ``j = 0..7``, with ``W[i, j] = h(i, 101 + j)``;
 
-Each component is a position-weighted sum of the elements with weight ``U[i,a] * V[j,b]``, so it is linear in the
-tensor (a scale of 1.02 changes every component by 2%) and changes when elements move (a permutation of rows or
-columns changes which weight each element gets). Like a random projection, the relative error of the fingerprint
-vector, ``|fa - fb| / |fa|``, estimates the relative L2 error of the tensor itself, so compare can treat it as a
-short vector and apply the dtype's relative tolerance. Tensors whose shapes differ have incomparable fingerprints.
+where ``h(i, salt)`` in [-1, 1) is a fixed integer hash of the position (``stats.hash_uniform``: the same on every
+machine and device, no RNG). Each component is a position-weighted sum, so it is linear in the tensor (a scale of
+1.02 changes every component by 2%) and changes when elements move to other positions (a permutation). Like a
+random projection, the relative error of the fingerprint vector, ``|fa - fb| / |fa|``, estimates the relative L2
+error of the tensor (over the sampled positions, for large tensors), so compare treats it as a short vector and
+applies the dtype's relative tolerance. Fingerprints of tensors with different numbers of elements are not
+comparable.
 """
 
 from __future__ import annotations
@@ -40,9 +41,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-FINGERPRINT_ROWS = 2
-FINGERPRINT_COLS = 4
-FINGERPRINT_LEN = FINGERPRINT_ROWS * FINGERPRINT_COLS
+FINGERPRINT_LEN = 8
+FINGERPRINT_SAMPLES = 4096
 
 LEVELS = ("module", "api", "mix")
 MODES = ("stats", "tensors", "checksum")

@@ -65,7 +65,7 @@ def write_step(dumper, recs, rows) -> Path:
     """Write one recorded step of ``dumper`` (``Dumper``); returns the rank folder."""
     import torch
 
-    from ascendify.precision.dump import check_disk, source_text
+    from ascendify.precision.dumper import check_disk, source_text
     from ascendify.precision.stats import to_tensor_stats
 
     folder = Path(dumper.root) / f"step{dumper.step_index}" / f"rank{dumper._rank}"
@@ -91,7 +91,7 @@ def write_step(dumper, recs, rows) -> Path:
                 fname = f"{node_name}.{role}.pt"
                 buf = io.BytesIO()
                 torch.save(dumper._tensors[idx].contiguous(), buf)
-                write_atomic(data_dir / fname, buf.getvalue(), mode=0o644)
+                write_atomic(data_dir / fname, buf.getvalue(), mode=0o644, durable=False)
                 saved[idx] = fname
             e["data_name"] = saved[idx]
         if dumper.mode == "checksum" and idx in dumper._md5:
@@ -177,9 +177,9 @@ def write_step(dumper, recs, rows) -> Path:
         },
     }
     stack_doc = {str(i): [names, [line]] for i, (line, names) in enumerate(stacks.items())}
-    write_atomic(folder / "stack.json", json.dumps(stack_doc, indent=1) + "\n", mode=0o644)
-    write_atomic(folder / "construct.json", json.dumps(construct, indent=1) + "\n", mode=0o644)
-    write_atomic(folder / "dump.json", json.dumps(doc, indent=1, allow_nan=False) + "\n", mode=0o644)  # last
+    write_atomic(folder / "stack.json", json.dumps(stack_doc, indent=1) + "\n", mode=0o644, durable=False)
+    write_atomic(folder / "construct.json", json.dumps(construct, indent=1) + "\n", mode=0o644, durable=False)
+    write_atomic(folder / "dump.json", json.dumps(doc, allow_nan=False) + "\n", mode=0o644, durable=False)  # last
     return folder
 
 

@@ -7,8 +7,11 @@
 The dumper keeps these vectors in a list and moves them to the host once per step (``torch.stack(...).tolist()``);
 ``to_tensor_stats`` turns one row into a ``model.TensorStats``. The fingerprint is defined in ``precision.model``.
 
-Passes over the data: ``aminmax`` (1), ``linalg.vector_norm`` (1) and one skinny matrix product ``W^T X`` with
-``W = [1, u_0, u_1]`` (1), which gives the sum and the two row-weighted column sums the fingerprint is made of.
+Cost: three reductions over the data (``aminmax``, ``sum``, ``linalg.vector_norm``; bfloat16/float16 are reduced in
+float32 without a converted copy; a non-contiguous tensor is first permuted into its memory order, which changes
+none of these values and lets the reductions read memory in sequence), plus the fingerprint's gather of at most
+``FINGERPRINT_SAMPLES`` elements. ``view_vector`` reuses the first four numbers for a view of an already summarised
+tensor (same storage, same number of elements: a transpose, a ``view``), so views cost only the gather.
 NaN/Inf counts: on the CPU they are counted only when the norm is not finite (reading one number there costs
 nothing); on other devices two more reductions run on the device, so the host is never waited for per tensor.
 """
@@ -19,27 +22,17 @@ import math
 
 import torch
 
-from ascendify.precision.model import FINGERPRINT_COLS, FINGERPRINT_ROWS, TensorStats
+from ascendify.precision.model import FINGERPRINT_LEN, FINGERPRINT_SAMPLES, TensorStats
 
-STAT_LEN = 6 + FINGERPRINT_ROWS * FINGERPRINT_COLS
+STAT_LEN = 6 + FINGERPRINT_LEN
 _MASK = (1 << 32) - 1
+_HALF = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
-_weights_cache: dict[tuple[str, int, int], tuple[torch.Tensor, torch.Tensor]] = {}
-
-
-def position_weights_list(n: int, salt: int) -> list[float]:
-    """``n`` fixed weights in [-1, 1) from an integer hash of (position, salt): the same on every machine."""
-    out = []
-    for i in range(n):
-        h = (i * 2654435761 + salt * 40503 + 0x9E3779B9) & _MASK
-        h ^= h >> 16
-        h = (h * 0x45D9F3B) & _MASK
-        h ^= h >> 16
-        out.append(h / 2**31 - 1.0)
-    return out
+_fp_cache: dict[tuple[str, int], tuple[torch.Tensor | None, torch.Tensor, float]] = {}
 
 
-def _hash_weights(n: int, salt: int) -> torch.Tensor:
+def hash_uniform(n: int, salt: int) -> torch.Tensor:
+    """``n`` numbers in [-1, 1) from an integer hash of (position, salt): identical on every machine (no RNG)."""
     i = torch.arange(n, dtype=torch.int64)
     h = (i * 2654435761 + salt * 40503 + 0x9E3779B9) & _MASK
     h = h ^ (h >> 16)
@@ -48,22 +41,44 @@ def _hash_weights(n: int, salt: int) -> torch.Tensor:
     return (h.to(torch.float64) / 2**31 - 1.0).to(torch.float32)
 
 
-def position_weights(r: int, c: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """``W`` (``r x 3``: a column of ones, then U) and ``V`` (``c x 4``) on ``device``, built once per size."""
-    key = (str(device), r, c)
-    w = _weights_cache.get(key)
-    if w is None:
+def fingerprint_plan(n: int, device: torch.device) -> tuple[torch.Tensor | None, torch.Tensor, float]:
+    """(positions or None for "all", weights ``k x 8``, 1/sqrt(k)) for tensors of ``n`` elements, built once."""
+    key = (str(device), n)
+    plan = _fp_cache.get(key)
+    if plan is None:
         with torch._C.DisableTorchFunction():
-            u = torch.stack([torch.ones(r), *[_hash_weights(r, 1 + a) for a in range(FINGERPRINT_ROWS)]], dim=1)
-            v = torch.stack([_hash_weights(c, 101 + b) for b in range(FINGERPRINT_COLS)], dim=1)
-            w = (u.to(device), v.to(device))
-        if len(_weights_cache) > 4096:
-            _weights_cache.clear()
-        _weights_cache[key] = w
-    return w
+            if n <= FINGERPRINT_SAMPLES:
+                pos, k = None, n
+            else:
+                k = FINGERPRINT_SAMPLES
+                u = (hash_uniform(k, 7).to(torch.float64) + 1.0) / 2.0  # [0, 1)
+                pos = (u * n).to(torch.int64).clamp_(0, n - 1).to(device)
+            w = torch.stack([hash_uniform(k, 101 + j) for j in range(FINGERPRINT_LEN)], dim=1).to(device)
+            plan = (pos, w, 1.0 / math.sqrt(k))
+        if len(_fp_cache) > 4096:
+            _fp_cache.clear()
+        _fp_cache[key] = plan
+    return plan
 
 
-_FLOAT_OK = {torch.float32}
+def fingerprint(t: torch.Tensor) -> torch.Tensor:
+    """The 8-number fingerprint of ``t`` (float32, on ``t``'s device): see ``precision.model``."""
+    n = t.numel()
+    pos, w, scale = fingerprint_plan(n, t.device)
+    if pos is None:
+        s = t.reshape(-1)
+    else:
+        s = torch.take(t, pos)
+    if s.dtype != torch.float32:
+        s = s.to(torch.float32)
+    return torch.mv(w.t(), s) * scale
+
+
+def _memory_order(x: torch.Tensor) -> torch.Tensor:
+    if x.is_contiguous() or x.dim() < 2:
+        return x
+    order = sorted(range(x.dim()), key=lambda i: (-x.stride(i), -x.shape[i]))
+    return x.permute(order)
 
 
 def stat_vector(t: torch.Tensor) -> torch.Tensor | None:
@@ -71,33 +86,29 @@ def stat_vector(t: torch.Tensor) -> torch.Tensor | None:
 
     Call with grad disabled, torch-function handling disabled and autocast off (the dumper does this).
     """
-    n = t.numel()
-    if n == 0 or t.is_complex() or t.layout != torch.strided:
+    if t.numel() == 0 or t.is_complex() or t.layout != torch.strided:
         return None
     x = t.detach()
-    if x.dtype not in _FLOAT_OK:
-        x = x.to(torch.float32)
-    c = x.shape[-1] if x.dim() >= 2 else n
-    r = n // c
-    m = x.reshape(r, c)
-    w, v = position_weights(r, c, x.device)
+    if x.dtype not in _HALF:
+        x = x.to(torch.float32)  # integers and bool: small tensors in practice
+    m = _memory_order(x)
     mn, mx = torch.aminmax(m)
-    norm = torch.linalg.vector_norm(m)
-    s = torch.mm(w.t(), m)  # (3, c): column sums, and two row-weighted column sums
-    fp = torch.mm(s[1:], v).reshape(-1) / math.sqrt(n)
-    total = s[0].sum()
-    if x.device.type == "cpu":
-        if math.isfinite(norm.item()):
-            counts = torch.zeros(2)
-        else:
-            counts = torch.stack([torch.isnan(m).sum(), torch.isinf(m).sum()]).to(torch.float32)
-    else:
-        counts = torch.stack([torch.isnan(m).sum(), torch.isinf(m).sum()]).to(torch.float32)
-    return torch.cat([torch.stack([mn, mx, total, norm]), counts, fp])
+    total = m.sum(dtype=torch.float32)
+    norm = torch.linalg.vector_norm(m, dtype=torch.float32)
+    head = torch.stack([mn.to(torch.float32), mx.to(torch.float32), total, norm])
+    return torch.cat([head, _counts(m, norm), fingerprint(x)])
 
 
-def _f(v: float) -> float | None:
-    return v
+def view_vector(base_vec: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+    """The statistics vector of ``t``, a view holding exactly the elements of a tensor whose vector is
+    ``base_vec``: the statistics are the same, only the fingerprint (which depends on positions) is new."""
+    return torch.cat([base_vec[:6], fingerprint(t.detach())])
+
+
+def _counts(m: torch.Tensor, norm: torch.Tensor) -> torch.Tensor:
+    if m.device.type == "cpu" and math.isfinite(norm.item()):
+        return torch.zeros(2)
+    return torch.stack([torch.isnan(m).sum(), torch.isinf(m).sum()]).to(torch.float32)
 
 
 def to_tensor_stats(t_meta: tuple[str, tuple[int, ...], bool, str], row: list[float] | None, **extra) -> TensorStats:

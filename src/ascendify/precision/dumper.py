@@ -42,7 +42,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from ascendify.precision.model import LEVELS, MODES, DumpError, ScalarArg
-from ascendify.precision.stats import stat_vector
+from ascendify.precision.stats import stat_vector, view_vector
 
 DEFAULT_MAX_BYTES = 1 << 30  # tensor mode refuses a step that needs more than this (1 GiB) unless raised
 
@@ -329,6 +329,7 @@ class Dumper:
         self._recs: list[_Rec] = []
         self._vectors: list[torch.Tensor | None] = []
         self._seen: dict[int, tuple[weakref.ref, int, int]] = {}
+        self._storage: dict[tuple, tuple[weakref.ref, int, int]] = {}  # (data_ptr, numel, dtype) -> first seen
         self._counts: dict[str, int] = {}
         self._tensors: dict[int, torch.Tensor] = {}  # tensor mode: index -> detached copy
         self._md5: dict[int, str] = {}
@@ -458,14 +459,26 @@ class Dumper:
         seen = self._seen.get(key)
         if seen is not None and seen[1] == ver and seen[0]() is t:
             return seen[2]
+        vec = None
         try:
-            vec = stat_vector(t)
+            n = t.numel()
+            skey = (t.data_ptr(), n, t.dtype) if n and t.layout == torch.strided else None
+            base = self._storage.get(skey) if skey is not None else None
+            if base is not None and base[1] == ver and base[0]() is not None and self._vectors[base[2]] is not None:
+                vec = view_vector(self._vectors[base[2]], t)  # a view of the same elements: same statistics
+            else:
+                vec = stat_vector(t)
+                if skey is not None and vec is not None:
+                    self._storage.pop(skey, None)
         except Exception:
-            vec = None
+            skey = None
         idx = len(self._vectors)
         self._vectors.append(vec)
         try:
-            self._seen[key] = (weakref.ref(t), ver, idx)
+            ref = weakref.ref(t)
+            self._seen[key] = (ref, ver, idx)
+            if skey is not None and vec is not None and skey not in self._storage:
+                self._storage[skey] = (ref, ver, idx)
         except TypeError:
             pass
         if self.mode == "tensors":
