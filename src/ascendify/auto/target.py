@@ -13,7 +13,6 @@ distributed backend, and how it takes device indices. ``resolve("auto")`` picks 
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
 
 NAMES = ("auto", "npu", "cpu", "xpu", "mps", "cuda")
@@ -81,10 +80,13 @@ class Target:
 
 
 def _emulator():
+    """The emulated NPU (:mod:`ascendify.emulator`), imported here and only here, when a run asks for it: auto
+    depends on the emulator, never the other way round, and importing auto costs no torch."""
     try:
-        return importlib.import_module("ascendify.emulator")
+        from ascendify import emulator
     except ImportError:
         return None
+    return emulator
 
 
 def _npu_target(explicit: bool) -> Target | None:
