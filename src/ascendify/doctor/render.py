@@ -67,6 +67,9 @@ def bug_report(rep: dict[str, Any]) -> str:
     for k in ("ASCEND_RT_VISIBLE_DEVICES", "ASCEND_HOME_PATH", "ASCEND_OPP_PATH", "TORCH_DEVICE_BACKEND_AUTOLOAD"):
         if env.get(k):
             lines.append(_line(k, env[k]))
+    for r in rep["checks"]:
+        if r.get("section") == "device":
+            lines.append(_line(r["title"], f"{r['status']}: {r['found']}"))
     s = rep["summary"]
     lines.append(_line("doctor", f"{s['ok']} ok, {s['warn']} warn, {s['fail']} fail, {s['skip']} skipped"))
     bad = [r for r in rep["checks"] if r["status"] in ("fail", "warn")]
