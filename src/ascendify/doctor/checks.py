@@ -511,11 +511,20 @@ def verified_torch() -> tuple[str, ...]:
     """The torch versions the emulator was verified with, read from its source without importing torch."""
     import ascendify
 
-    try:  # find_spec("ascendify.emulator...") would import ascendify.emulator, and torch with it
-        src = os.path.join(os.path.dirname(ascendify.__file__), "emulator", "device", "backend.py")
-        tree = ast.parse(open(src, encoding="utf-8").read())
-    except Exception:
-        return ()
+    base = os.path.join(os.path.dirname(ascendify.__file__), "emulator")
+    # read as text: find_spec("ascendify.emulator...") would import ascendify.emulator, and torch with it
+    for src in (os.path.join(base, "device", "backend.py"), os.path.join(base, "backend.py")):
+        try:
+            tree = ast.parse(open(src, encoding="utf-8").read())
+        except (OSError, SyntaxError):
+            continue
+        found = _verified_in(tree)
+        if found:
+            return found
+    return ()
+
+
+def _verified_in(tree: ast.Module) -> tuple[str, ...]:
     for node in tree.body:
         if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "VERIFIED_TORCH" for t in node.targets):
             try:
