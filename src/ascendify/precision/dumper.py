@@ -288,6 +288,7 @@ class Dumper:
         backward: bool = True,
         max_bytes: int = DEFAULT_MAX_BYTES,
         skip_optimizer: bool = True,
+        step_on_optimizer: bool = False,
     ):
         if level not in LEVELS:
             raise ValueError(f"level must be one of {', '.join(LEVELS)}, not {level!r}")
@@ -309,8 +310,11 @@ class Dumper:
         self.backward = backward
         self.max_bytes = int(max_bytes)
         self.skip_optimizer = skip_optimizer
+        self.step_on_optimizer = step_on_optimizer
         self.step_index = 0
         self.written: list[Path] = []
+        self.written_info: list[dict] = []
+        self.error: BaseException | None = None
         self._handles: list = []
         self._param_handles: dict[int, Any] = {}
         self._mode: _ApiMode | None = None
@@ -533,7 +537,7 @@ class Dumper:
         for key, v in flat:
             if isinstance(v, torch.Tensor):
                 rec.outputs.append((key, _meta(v), self._stat(v)))
-                if v.requires_grad:
+                if v.requires_grad and v.grad_fn is not None:  # never a hook on a leaf: it would outlive the step
                     grad_out.append((key, v))
             elif v is not None:
                 rec.outputs.append((key, _scalar(v, key), None))
@@ -639,7 +643,7 @@ class Dumper:
 
     def _grad_hook(self, rec: _Rec, side: str, key: str):
         def hook(grad):
-            if self._started and grad is not None:
+            if self._recording and grad is not None:
                 self._record_grad(rec, side, key, grad)
             return None
 
@@ -705,6 +709,8 @@ class Dumper:
 
     def _opt_post(self, optimizer, args, kwargs):
         self._in_optimizer = max(0, self._in_optimizer - 1)
+        if self.step_on_optimizer and self._in_optimizer == 0 and self._started:
+            self.step()
 
     # -- flush ---------------------------------------------------------------------------------------------------
 
@@ -730,20 +736,25 @@ class Dumper:
             need, n = self._bytes, self._n_tensors
             step = self.step_index
             self._reset_step()
-            raise DumpTooLarge(
+            self.error = DumpTooLarge(
                 f"{self.root}: the tensor dump of step {step} needs {_mb(need)} for {n} tensors, more than "
                 f"max_bytes={_mb(self.max_bytes)}; nothing was written for this step. Raise the limit "
                 f"(dump(..., max_bytes=...), ascendify dump --max-bytes), narrow it with scope=/steps=, or use "
                 f"mode='stats'"
             )
+            raise self.error
         from ascendify.precision import msprobe_io
 
         rows = self._host_rows()
         try:
             folder = msprobe_io.write_step(self, recs, rows)
+        except DumpTooLarge as e:
+            self.error = e
+            raise
         finally:
             self._reset_step()
         self.written.append(folder)
+        self.written_info.append({"folder": folder, "step": self.step_index, "rank": self._rank, "nodes": len(recs)})
 
     def tensor_bytes(self) -> int:
         """Bytes of tensor data seen so far in this step (tensor mode)."""
@@ -837,10 +848,19 @@ def dump(
 
 
 def step() -> None:
-    """End the current step of the active dump (``ascendify dump`` or the innermost ``dump(...)``); no-op without."""
+    """End the current step of the active dump (``ascendify dump`` or the latest ``dump(...)``); no-op without.
+
+    Once a program calls this, optimizer steps no longer end steps (the program says where they end)."""
     if _current is not None:
+        _current.step_on_optimizer = False
         _current.step()
 
 
 def active() -> Dumper | None:
+    """The dump ``step()`` acts on, or None."""
     return _current
+
+
+def set_active(d: Dumper | None) -> None:
+    global _current
+    _current = d

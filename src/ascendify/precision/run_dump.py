@@ -1,0 +1,92 @@
+"""Run a program with a global dump installed (``ascendify dump``), then summarise what was written."""
+
+from __future__ import annotations
+
+import sys
+
+from ascendify.precision.dumper import DEFAULT_MAX_BYTES, Dumper, DumpTooLarge, set_active
+
+
+def run_program(prog, conf: dict, *, emulate: bool = False, json_path: str | None = None, quiet: bool = False) -> int:
+    """Run ``prog`` (``ascendify.program.Program``) as ``__main__`` with every module and API call dumped as
+    ``conf`` says (level, mode, steps, ranks, scope, output, max_bytes, backward). Returns the exit status."""
+    if emulate:
+        import ascendify.emulator as emu
+
+        try:
+            emu.enable()
+        except (emu.EmulatorError, ValueError) as e:
+            print(f"ascendify dump: {e}", file=sys.stderr)
+            return 3
+    dumper = Dumper(
+        None,
+        conf["output"],
+        level=conf["level"],
+        mode=conf["mode"],
+        steps=conf["steps"],
+        ranks=conf["ranks"],
+        scope=conf["scope"],
+        backward=conf["backward"],
+        max_bytes=conf["max_bytes"] or DEFAULT_MAX_BYTES,
+        step_on_optimizer=True,
+    )
+    set_active(dumper)
+    dumper.start()
+    code = 0
+    error: BaseException | None = None
+    try:
+        code = prog.run_in_process(hide_frames_of=[__file__])
+    finally:
+        try:
+            dumper.stop()
+        except (DumpTooLarge, OSError) as e:
+            error = e
+        set_active(None)
+    if error is None and dumper.error is not None:
+        error = dumper.error
+    if error is not None:
+        print(f"ascendify dump: {error}", file=sys.stderr)
+    summary = {
+        "program": prog.display(),
+        "exit_code": code,
+        "output": str(dumper.root),
+        "level": dumper.level,
+        "mode": dumper.mode,
+        "steps_seen": dumper.step_index + 1,
+        "written": [
+            {"folder": str(w["folder"]), "step": w["step"], "rank": w["rank"], "nodes": w["nodes"]}
+            for w in dumper.written_info
+        ],
+        "error": str(error) if error else None,
+    }
+    if json_path:
+        from ascendify import report
+        from ascendify.program import rank_result_path
+
+        report.write_json(rank_result_path(json_path), summary)
+    if not quiet:
+        _print_summary(summary)
+    if error is not None:
+        return 4
+    return code
+
+
+def _print_summary(summary: dict) -> None:
+    from ascendify import report
+
+    con = report.console(stderr=True)
+    rows = summary["written"]
+    con.print(
+        f"ascendify dump: {len(rows)} step(s) written to {summary['output']} "
+        f"(level {summary['level']}, mode {summary['mode']}; the program saw {summary['steps_seen']} step(s))"
+    )
+    if rows:
+        cols = [
+            report.Column("step", kind="number"),
+            report.Column("rank", kind="number"),
+            report.Column("nodes", kind="number"),
+            report.Column("folder", kind="path"),
+        ]
+        report.print_table(cols, rows, console_=con)
+    elif summary["exit_code"] == 0 and not summary["error"]:
+        con.print("nothing was recorded: did the program run any torch module or API call in the selected steps?")
