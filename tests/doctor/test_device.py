@@ -82,3 +82,26 @@ def test_emulated_npu_and_cpu_end_to_end(tmp_path):
     assert all(s["rel_err"] <= s["tol"] for s in emu["smoke"])
     assert emu["perf"]["timer"] == "device events"
     assert emu["perf"]["copy"]["h2d_gbps"] > 0
+
+
+def test_smoke_verdict_fails_when_the_error_exceeds_the_tolerance():
+    # in a child process: smoke ops run a backward(), which must not happen in the test process before the emulator
+    # tests enable the emulated device
+    code = (
+        "import json, torch\n"
+        "from ascendify.doctor import device, cann\n"
+        "sizes = device._sizes('cpu')\n"
+        "good = device.smoke(torch, 'cpu', 'cpu', sizes, {})\n"
+        "cann.facts()['smoke']['tolerances'].update(fp32=1e-12)\n"
+        "bad = device.smoke(torch, 'cpu', 'cpu', sizes, {})\n"
+        "print(json.dumps([good, bad]))\n"
+    )
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    good, bad = json.loads(p.stdout.splitlines()[-1])
+    assert [(s["op"], s["status"]) for s in good] == [
+        ("matmul", "ok"), ("conv2d", "ok"), ("softmax", "ok"), ("sum", "ok"), ("backward", "ok")]
+    assert all(0 < s["rel_err"] < 1e-5 for s in good)
+    assert {s["status"] for s in bad} == {"fail"}
+    rows = device.result_rows([{"kind": "cpu", "label": "cpu", "smoke": bad, "perf": {}}])
+    assert rows[0]["status"] == "fail" and "rel err" in rows[0]["found"]
