@@ -271,7 +271,7 @@ def _rank_of(name: str) -> int | None:
 
 def resolve(path: str | os.PathLike[str], step: int | None = None, rank: int | None = None) -> tuple[Path, int, int]:
     """The ``dump.json`` for ``path`` (root, step folder, rank folder or the file), with its step and rank."""
-    p = Path(path)
+    p = Path(os.path.normpath(path))
     if not p.exists():
         raise DumpError(p, "no such file or folder")
     if p.is_file():

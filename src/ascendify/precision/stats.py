@@ -92,10 +92,11 @@ def stat_vector(t: torch.Tensor) -> torch.Tensor | None:
     if x.dtype not in _HALF:
         x = x.to(torch.float32)  # integers and bool: small tensors in practice
     m = _memory_order(x)
+    acc = torch.float64 if x.dtype == torch.float64 else torch.float32
     mn, mx = torch.aminmax(m)
-    total = m.sum(dtype=torch.float32)
-    norm = torch.linalg.vector_norm(m, dtype=torch.float32)
-    head = torch.stack([mn.to(torch.float32), mx.to(torch.float32), total, norm])
+    total = m.sum(dtype=acc)
+    norm = torch.linalg.vector_norm(m, dtype=acc)
+    head = torch.stack([mn.to(acc), mx.to(acc), total, norm]).to(torch.float32)
     return torch.cat([head, _counts(m, norm), fingerprint(x)])
 
 

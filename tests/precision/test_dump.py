@@ -1,0 +1,363 @@
+"""ascendify.precision.dump: what a dump records, statistics and fingerprint, steps/scope/levels, tensor and checksum
+modes, memory, and clear errors on bad dumps."""
+
+from __future__ import annotations
+
+import gc
+import json
+import math
+import weakref
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from ascendify.precision import DumpError, TensorStats, dump, list_steps_ranks, load_dump
+from ascendify.precision.dumper import DumpTooLarge
+from ascendify.precision.stats import fingerprint, hash_uniform, stat_vector, to_tensor_stats
+
+
+class Tiny(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 8)
+        self.ln = nn.LayerNorm(8)
+        self.head = nn.Linear(8, 2)
+
+    def forward(self, x):
+        h = F.gelu(self.fc(x), approximate="tanh")  # SOURCE-GELU
+        h = self.ln(h) * 2.0
+        return self.head(h).sum(dim=-1)
+
+
+def _model(seed=0):
+    torch.manual_seed(seed)
+    return Tiny()
+
+
+def _stats(t: torch.Tensor) -> TensorStats:
+    with torch.no_grad():
+        row = stat_vector(t).tolist()
+    return to_tensor_stats((str(t.dtype), tuple(t.shape), t.requires_grad, str(t.device)), row)
+
+
+# ---------------------------------------------------------------------------------------------- statistics
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64])
+def test_stats_match_torch(dtype):
+    x = (torch.randn(6, 33, generator=torch.Generator().manual_seed(0)) * 3).to(dtype)
+    s = _stats(x)
+    ref = x.double()
+    tol = 1e-5 if dtype in (torch.float32, torch.float64) else 1e-2
+    assert s.max == pytest.approx(ref.max().item(), rel=tol)
+    assert s.min == pytest.approx(ref.min().item(), rel=tol)
+    assert s.mean == pytest.approx(ref.mean().item(), rel=tol, abs=tol)
+    assert s.norm == pytest.approx(ref.norm().item(), rel=tol)
+    assert s.dtype == str(dtype) and s.shape == (6, 33) and s.nan_count == 0 and s.inf_count == 0
+
+
+def test_stats_of_non_contiguous_ints_bools_and_specials():
+    x = torch.randn(5, 7, 3)
+    t = x.transpose(0, 2)
+    assert _stats(t).max == pytest.approx(x.max().item()) and _stats(t).norm == pytest.approx(x.norm().item())
+    i = torch.arange(10)
+    assert (_stats(i).min, _stats(i).max, _stats(i).mean) == (0.0, 9.0, 4.5)
+    b = torch.tensor([True, False, True, True])
+    assert (_stats(b).min, _stats(b).max, _stats(b).mean) == (0.0, 1.0, 0.75)
+    y = torch.tensor([1.0, float("nan"), float("inf"), float("nan"), -float("inf")])
+    s = _stats(y)
+    assert (s.nan_count, s.inf_count) == (2, 2)
+    assert stat_vector(torch.empty(0)) is None
+
+
+def test_fingerprint_sees_permutation_and_scale_that_statistics_miss():
+    x = torch.randn(64, 48, generator=torch.Generator().manual_seed(1))
+    perm = x[:, torch.randperm(48, generator=torch.Generator().manual_seed(2))]
+    scaled = x * 1.02
+    base = fingerprint(x)
+
+    def rel(a):
+        return ((a - base).norm() / base.norm()).item()
+
+    sx, sp = _stats(x), _stats(perm)
+    assert (sx.max, sx.min) == (sp.max, sp.min) and sx.norm == pytest.approx(sp.norm, rel=1e-6)
+    assert rel(fingerprint(perm)) > 0.5  # a permutation decorrelates the fingerprint
+    assert rel(fingerprint(scaled)) == pytest.approx(0.02, rel=1e-3)  # linear: 2% scale -> 2% change
+    assert rel(fingerprint(x.clone())) == 0.0
+    # large tensors are sampled (4096 positions) and still see a permutation of rows
+    big = torch.randn(3000, 40, generator=torch.Generator().manual_seed(3))
+    swapped = big[torch.randperm(3000, generator=torch.Generator().manual_seed(4))]
+    fb = fingerprint(big)
+    assert ((fingerprint(swapped) - fb).norm() / fb.norm()).item() > 0.5
+
+
+def test_fingerprint_weights_are_a_fixed_hash():
+    # the documented hash, recomputed in plain Python: identical on every machine, no RNG
+    def h(i, salt):
+        v = (i * 2654435761 + salt * 40503 + 0x9E3779B9) & 0xFFFFFFFF
+        v ^= v >> 16
+        v = (v * 0x45D9F3B) & 0xFFFFFFFF
+        v ^= v >> 16
+        return v / 2**31 - 1.0
+
+    w = hash_uniform(5, 101)
+    assert w.tolist() == pytest.approx([h(i, 101) for i in range(5)], abs=1e-7)
+    x = torch.arange(6, dtype=torch.float32)
+    expect0 = sum(h(i, 101) * float(x[i]) for i in range(6)) / math.sqrt(6)
+    assert fingerprint(x)[0].item() == pytest.approx(expect0, rel=1e-5)
+    assert fingerprint(x.reshape(2, 3)).tolist() == fingerprint(x).tolist()  # logical order, any shape
+
+
+# ---------------------------------------------------------------------------------------------- what a dump holds
+
+
+@pytest.fixture
+def mix_dump(tmp_path):
+    m = _model()
+    x = torch.randn(3, 4, generator=torch.Generator().manual_seed(5))
+    with dump(m, tmp_path / "d", level="mix") as d:
+        m(x).sum().backward()
+    return load_dump(tmp_path / "d"), m, x, d
+
+
+def test_dump_layout_and_nodes(mix_dump, tmp_path):
+    dd, m, x, d = mix_dump
+    rank_dir = tmp_path / "d" / "step0" / "rank0"
+    assert {p.name for p in rank_dir.iterdir()} == {"dump.json", "stack.json", "construct.json"}
+    assert d.written == [rank_dir]
+    assert list_steps_ranks(tmp_path / "d") == [(0, 0)]
+    assert dd.framework == "ascendify" and dd.level == "mix" and dd.mode == "stats"
+    names = [n.name for n in dd.nodes]
+    for expected in ["Module.Tiny.forward.0", "Module.fc.Linear.forward.0", "Functional.linear.0.forward",
+                     "Functional.gelu.0.forward", "Module.ln.LayerNorm.forward.0", "Functional.layer_norm.0.forward",
+                     "Functional.linear.1.forward", "Module.head.Linear.forward.0", "Tensor.sum.0.forward",
+                     "Module.fc.Linear.backward.0", "Functional.gelu.0.backward"]:  # fmt: skip
+        assert expected in names
+    assert names.index("Module.fc.Linear.forward.0") < names.index("Functional.gelu.0.forward")
+    assert [n.order for n in dd.nodes] == list(range(len(dd.nodes)))
+    by = dd.by_name()
+    lin = by["Functional.linear.0.forward"]
+    assert lin.kind == "api" and lin.api == "torch.nn.functional.linear" and lin.module_path == "fc"
+    assert lin.parent == "Module.fc.Linear.forward.0"
+    fc = by["Module.fc.Linear.forward.0"]
+    assert fc.kind == "module" and fc.class_name == "Linear" and fc.module_path == "fc"
+    assert set(fc.params) == {"weight", "bias"}
+    assert fc.params["weight"].norm == pytest.approx(m.fc.weight.norm().item(), rel=1e-6)
+    out = m.fc(x)
+    assert fc.outputs[0].max == pytest.approx(out.max().item(), rel=1e-6)
+    assert fc.outputs[0].shape == (3, 8) and fc.outputs[0].dtype == "torch.float32"
+    # scalar arguments and the user's source line
+    gelu = by["Functional.gelu.0.forward"]
+    assert gelu.scalars == {"approximate": "tanh"}
+    assert gelu.source is not None and gelu.source.endswith(f"test_dump.py:{_line_of('SOURCE-GELU')}")
+    # backward: gradients and parameter gradients
+    bw = by["Module.fc.Linear.backward.0"]
+    assert bw.direction == "backward" and set(bw.grads) == {"weight", "bias"}
+    assert bw.grads["weight"].norm == pytest.approx(m.fc.weight.grad.norm().item(), rel=1e-5)
+    assert by["Functional.gelu.0.backward"].inputs[0].shape == (3, 8)
+
+
+def _line_of(marker: str) -> int:
+    with open(__file__) as f:
+        for i, line in enumerate(f, 1):
+            if marker in line and "_line_of" not in line:
+                return i
+    raise AssertionError(marker)
+
+
+def test_json_keeps_msprobe_schema_and_adds_ours(mix_dump, tmp_path):
+    doc = json.loads((tmp_path / "d" / "step0" / "rank0" / "dump.json").read_text())
+    assert doc["task"] == "statistics" and doc["level"] == "mix" and doc["framework"] == "pytorch"
+    e = doc["data"]["Functional.gelu.0.forward"]
+    assert set(e) == {"input_args", "input_kwargs", "output", "ascendify"}
+    assert e["input_kwargs"] == {"approximate": {"type": "str", "value": "tanh"}}
+    t = e["output"][0]
+    assert {"type", "dtype", "shape", "Max", "Min", "Mean", "Norm", "requires_grad"} <= set(t)
+    assert len(t["fingerprint"]) == 8
+    assert "Module.fc.Linear.parameters_grad.0" in doc["data"]
+    construct = json.loads((tmp_path / "d" / "step0" / "rank0" / "construct.json").read_text())
+    assert construct["Functional.linear.0.forward"] == "Module.fc.Linear.forward.0"
+
+
+def test_levels_scope_steps_and_ranks(tmp_path):
+    m = _model()
+    x = torch.randn(2, 4)
+    with dump(m, tmp_path / "mod", level="module", backward=False):
+        m(x)
+    kinds = {n.kind for n in load_dump(tmp_path / "mod").nodes}
+    assert kinds == {"module"}
+    with dump(m, tmp_path / "api", level="api", backward=False):
+        m(x)
+    api = load_dump(tmp_path / "api")
+    assert {n.kind for n in api.nodes} == {"api"}
+    assert api.by_name()["Functional.linear.0.forward"].module_path == "fc"  # module paths still known
+    with dump(m, tmp_path / "scope", scope=["ln"], backward=False):
+        m(x)
+    assert {n.module_path for n in load_dump(tmp_path / "scope").nodes} == {"ln"}
+    with dump(m, tmp_path / "steps", steps=[1, 2], backward=False) as d:
+        for _ in range(4):
+            m(x)
+            d.step()
+    assert list_steps_ranks(tmp_path / "steps") == [(1, 0), (2, 0)]
+    assert load_dump(tmp_path / "steps", step=2).step == 2
+    with dump(m, tmp_path / "ranks", ranks=[3], backward=False):
+        m(x)
+    assert not (tmp_path / "ranks").exists()  # rank 0 is not selected: nothing recorded
+
+
+def test_autocast_dtype_is_recorded(tmp_path):
+    m = _model()
+    with dump(m, tmp_path / "ac", backward=False), torch.autocast("cpu", dtype=torch.bfloat16):
+        m(torch.randn(2, 4))
+    by = load_dump(tmp_path / "ac").by_name()
+    assert by["Functional.linear.0.forward"].autocast == "torch.bfloat16"
+    assert by["Functional.linear.0.forward"].outputs[0].dtype == "torch.bfloat16"
+
+
+def test_inplace_ops_and_views_get_their_own_statistics(tmp_path):
+    class M(nn.Module):
+        def forward(self, x):
+            y = x * 1.0
+            y.add_(1.0)  # in place: the output differs from the input it was
+            return y.t()  # a view: same statistics, other positions
+
+    x = torch.randn(4, 6)
+    with dump(M(), tmp_path / "v", backward=False):
+        M()(x)
+    by = load_dump(tmp_path / "v").by_name()
+    add = by["Tensor.add_.0.forward"]
+    assert add.inputs[0].max == pytest.approx(x.max().item())
+    assert add.outputs[0].max == pytest.approx(x.max().item() + 1.0)
+    t = by["Tensor.t.0.forward"]
+    assert t.outputs[0].norm == pytest.approx(add.outputs[0].norm) and t.outputs[0].shape == (6, 4)
+    assert t.outputs[0].fingerprint != add.outputs[0].fingerprint
+
+
+def test_fused_fast_path_is_seen(tmp_path):
+    """Eval-mode MultiheadAttention without grad runs one fused native op that msprobe does not see; at module
+    level the call is recorded with its output, at API level its computation shows up op by op."""
+    torch.manual_seed(0)
+    mha = nn.MultiheadAttention(8, 2, batch_first=True).eval()
+    x = torch.randn(2, 5, 8)
+    with torch.no_grad():
+        expect, _ = mha(x, x, x)
+        with dump(mha, tmp_path / "mha", level="mix"):
+            got, _ = mha(x, x, x)
+    assert torch.allclose(got, expect, atol=1e-6)
+    dd = load_dump(tmp_path / "mha")
+    root = dd.by_name()["Module.MultiheadAttention.forward.0"]
+    assert root.outputs[0].max == pytest.approx(expect.max().item(), rel=1e-5)
+    apis = [n for n in dd.nodes if n.kind == "api"]
+    assert apis and all(n.module_path == "" for n in apis)
+
+
+def test_stats_mode_keeps_no_activation_alive(tmp_path):
+    class Big(nn.Module):
+        def forward(self, x):
+            return F.relu(x * 2.0) + 1.0
+
+    x = torch.randn(256, 1024)
+    big = Big()
+    with dump(big, tmp_path / "m", backward=False) as d:
+        out = big(x)
+        ref = weakref.ref(out)
+        assert d._vectors and all(v.numel() == 14 for v in d._vectors if v is not None)
+        del out
+        gc.collect()
+        assert ref() is None  # the dumper holds statistics vectors only
+    assert len(load_dump(tmp_path / "m").nodes) == 4  # Module.Big, mul, relu, add
+
+
+# ---------------------------------------------------------------------------------------------- tensor and checksum
+
+
+def test_tensor_mode_saves_plain_tensors(tmp_path):
+    m = _model()
+    x = torch.randn(3, 4)
+    with dump(m, tmp_path / "t", mode="tensors", backward=False):
+        y = m(x)
+    dd = load_dump(tmp_path / "t")
+    assert dd.mode == "tensors"
+    node = dd.by_name()["Module.fc.Linear.forward.0"]
+    arr = dd.load_tensor(node.outputs[0])
+    assert arr.shape == (3, 8) and torch.allclose(torch.from_numpy(arr), m.fc(x), atol=1e-6)
+    final = dd.by_name()["Module.Tiny.forward.0"].outputs[0]
+    assert torch.allclose(torch.from_numpy(dd.load_tensor(final)), y.detach())
+    for f in (tmp_path / "t" / "step0" / "rank0" / "dump_tensor_data").iterdir():
+        assert f.suffix == ".pt"
+        assert isinstance(torch.load(f, weights_only=True), torch.Tensor)
+
+
+def test_tensor_mode_refuses_past_max_bytes_and_writes_nothing(tmp_path):
+    m = _model()
+    with pytest.raises(DumpTooLarge, match=r"max_bytes.*Raise the limit"):
+        with dump(m, tmp_path / "t", mode="tensors", max_bytes=256, backward=False):
+            m(torch.randn(64, 4))
+    assert not (tmp_path / "t" / "step0").exists()
+
+
+def test_checksum_mode(tmp_path):
+    class Twice(nn.Module):
+        def forward(self, x):
+            return x.clone(), x.clone() * 1.0, x + 1
+
+    m = Twice()
+    with dump(m, tmp_path / "c", mode="checksum", backward=False):
+        m(torch.randn(3, 3))
+    outs = load_dump(tmp_path / "c").by_name()["Module.Twice.forward.0"].outputs
+    assert outs[0].md5 and outs[0].md5 == outs[1].md5 != outs[2].md5
+
+
+# ---------------------------------------------------------------------------------------------- bad input
+
+
+def _good(tmp_path):
+    m = _model()
+    with dump(m, tmp_path / "g", backward=False):
+        m(torch.randn(2, 4))
+    return tmp_path / "g" / "step0" / "rank0" / "dump.json"
+
+
+def test_bad_dumps_name_the_file(tmp_path):
+    f = _good(tmp_path)
+    text = f.read_text()
+    f.write_text(text[: len(text) // 2])
+    with pytest.raises(DumpError, match="not valid JSON") as e:
+        load_dump(tmp_path / "g")
+    assert e.value.path == str(f)
+    f.write_text(json.dumps({"name": "a package.json, say", "version": "1"}))
+    with pytest.raises(DumpError, match="not a dump.json") as e:
+        load_dump(f)
+    assert e.value.path == str(f)
+    f.write_text("")
+    with pytest.raises(DumpError, match="empty"):
+        load_dump(f)
+    with pytest.raises(DumpError, match="no such file"):
+        load_dump(tmp_path / "missing")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(DumpError, match="not a dump"):
+        load_dump(tmp_path / "empty")
+
+
+def test_missing_rank_and_step(tmp_path):
+    _good(tmp_path)
+    with pytest.raises(DumpError, match=r"no rank 1 \(ranks present: 0\)"):
+        load_dump(tmp_path / "g", rank=1)
+    with pytest.raises(DumpError, match=r"no step 5 \(steps present: 0\)"):
+        load_dump(tmp_path / "g", step=5)
+    (tmp_path / "g" / "step0" / "rank0" / "dump.json").unlink()
+    with pytest.raises(DumpError, match="interrupted"):
+        load_dump(tmp_path / "g" / "step0")
+    with pytest.raises(DumpError, match="interrupted"):
+        load_dump(tmp_path / "g")
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="level must be one of"):
+        dump(None, "x", level="L9")
+    with pytest.raises(ValueError, match="mode must be one of"):
+        dump(None, "x", mode="pictures")
+    with pytest.raises(TypeError, match="torch.nn.Module"):
+        dump("model", "x")
