@@ -135,6 +135,10 @@ def markdown(report: dict[str, Any], results: list[FileResult]) -> str:
         f"{t['report_only']} | {t['unsupported']} | {t['unclaimed']} | {t['accounted_share']:.0%} | "
         f"{t['api_notes']} | {t['advice']} |",
         "",
+        "*CUDA sites* are converted or listed for a person (report-only, unsupported, unclaimed); *accounted* is "
+        "the share of them that a specific rule converted or listed (the unclaimed ones are only flagged for "
+        "review by the safety net, ASC099).",
+        "",
         "## Files",
         "",
         "| file | status | sites | converted | report-only | unsupported | API notes | advice |",
