@@ -136,7 +136,6 @@ def build(ref: Path) -> None:
 # and a structured functional/in-place op works where its out= variant does.
 
 _COMPOSITE = ("CompositeImplicitAutograd", "CompositeExplicitAutograd", "CompositeExplicitAutogradNonFunctional")
-_DENSE = ("CPU", "CUDA")
 _YAML_IN_WHEEL = "torch_npu/csrc/aten/npu_native_functions_by_codegen.yaml"
 _SO_IN_WHEEL = "torch_npu/lib/libtorch_npu.so"
 _FLOAT = 6  # c10::ScalarType::Float
@@ -492,9 +491,9 @@ def build_from_wheel(whl: Path, ref: Path) -> tuple[dict, dict]:
     how: dict[str, str] = {}
     without: list[str] = []
     for name, info in sorted(nf.items()):
-        needs = info["keys"] & set(_DENSE) or info["delegate"] or info["keys"] & set(_COMPOSITE)
-        if not needs:
-            continue  # sparse/quantized/nested-only ops
+        cuda = "CUDA" in info["keys"] or "CUDA" in nf.get(info["delegate"] or "", {}).get("keys", ())
+        if not (cuda or info["keys"] & set(_COMPOSITE)):
+            continue  # ops no CUDA program reaches: CPU-internal (..._for_cpu, mkldnn), sparse/quantized-only
         h = covered(name)
         if h is None and name in strings:
             h = "string_in_binary"  # registered outside the codegen list (hand-written), or merely named: no alarm
