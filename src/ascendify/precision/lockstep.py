@@ -161,7 +161,7 @@ def _api_name(func) -> str:
     mod = getattr(func, "__module__", None) or ""
     name = getattr(func, "__name__", None) or repr(func)
     qual = getattr(func, "__qualname__", name)
-    if mod.startswith("torch.nn.functional") or mod == "torch.nn.functional":
+    if mod.startswith("torch.nn.functional") or mod == "torch._C._nn":
         return f"torch.nn.functional.{name}"
     if qual.startswith("TensorBase.") or qual.startswith("Tensor."):
         return "Tensor." + qual.split(".", 1)[1]
@@ -335,6 +335,20 @@ def _convert_like(golden_obj, like_obj, device, default_dtype):
     return tree_unflatten(out, spec)
 
 
+def _golden_tensors_in(target_obj, golden_obj):
+    """The target call's arguments with each tensor replaced by the golden tensor at the same position (the
+    target's own non-tensor arguments kept: an ``approximate="tanh"`` or an ``eps`` is part of the target's
+    computation). Falls back to the golden arguments when the tensor counts differ."""
+    from torch.utils._pytree import tree_unflatten
+
+    g = _tensors(golden_obj)
+    flat, spec = tree_flatten(target_obj)
+    if sum(isinstance(x, torch.Tensor) for x in flat) != len(g):
+        return _clone(golden_obj)
+    it = iter(g)
+    return tree_unflatten([next(it).detach().clone() if isinstance(x, torch.Tensor) else x for x in flat], spec)
+
+
 def _rerun(call: _Call, module, args, kwargs, ctx):
     """Run one module (or API) again, hooks off, with its buffers restored afterwards."""
     if call.kind == "api":
@@ -491,8 +505,8 @@ def compare_models(
             node.inputs = _compare_outputs((tc.args, tc.kwargs), (gc.args, gc.kwargs), cdt)
             # device check: the target call on golden inputs, in the target setting
             try:
-                a = _convert_like(gc.args, tc.args, target_device, target_dtype)
-                k = _convert_like(gc.kwargs, tc.kwargs, target_device, target_dtype)
+                a = _convert_like(_golden_tensors_in(tc.args, gc.args), tc.args, target_device, target_dtype)
+                k = _convert_like(_golden_tensors_in(tc.kwargs, gc.kwargs), tc.kwargs, target_device, target_dtype)
                 node.local = _compare_outputs(_rerun(tc, tmod, a, k, t_ctx()), gc.out, cdt)
             except Exception as e:  # the call does not accept the golden inputs: report, do not guess
                 node.local = {}
@@ -504,7 +518,9 @@ def compare_models(
                     try:
                         glim = thresholds.limit(gdt, red, scale=tolerance * spread)
                         node.code_limit = glim.rel_l2
-                        out = _rerun(tc, rmod, _clone(gc.args), _clone(gc.kwargs), contextlib.nullcontext())
+                        a = _golden_tensors_in(tc.args, gc.args)
+                        k = _golden_tensors_in(tc.kwargs, gc.kwargs)
+                        out = _rerun(tc, rmod, a, k, contextlib.nullcontext())
                         node.code = _compare_outputs(out, gc.out, gdt)
                     except Exception as e:
                         node.code = None
