@@ -62,3 +62,13 @@ def test_repeated_notes_for_one_api_collapse_into_one_row_with_a_count():
     (group,) = api_groups([r1, r2])
     assert group["calls"] == 3 and group["where"] == ["a.py:3", "b.py:2"]
     assert group["limit"].startswith("`input` supports")
+
+
+def test_every_kind_of_api_note_is_listed_once_per_file_with_its_count():
+    src = ("import torch\na = torch.poisson(r)\nb = torch.poisson(r)\nc = x.double()\nd = y.double()\n"
+           "e = z.double()\nf = torch.zeros(2, dtype=torch.float64)\ng = torch.ones(2, dtype=torch.float64)\n")
+    rows = {(f.rule, f.api): f for f in notes(src)}
+    assert rows[("ASC901", "torch.poisson")].tip.endswith("(2 calls in this file)")
+    assert rows[("ASC904", ".double()")].line == 4 and rows[("ASC904", ".double()")].tip.endswith("(3 uses in this file)")
+    assert rows[("ASC904", "torch.float64")].tip.endswith("(2 uses in this file)")
+    assert len([f for f in notes(src) if f.rule == "ASC904"]) == 2

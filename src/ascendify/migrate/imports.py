@@ -8,10 +8,13 @@ import anywhere in the file resolves; a plain variable that happens to be called
 
 >>> import ast
 >>> t = ImportTable.from_tree(ast.parse("import torch as th\\nfrom torch import cuda\\n"))
->>> t.qualify(ast.parse("th.cuda.synchronize", mode="eval").body)
+>>> a, b, c = (ast.parse(s, mode="eval").body for s in ("th.cuda.synchronize", "cuda.Event", "x.cuda"))
+>>> t.qualify(a)
 'torch.cuda.synchronize'
->>> t.qualify(ast.parse("cuda.Event", mode="eval").body), t.qualify(ast.parse("x.cuda", mode="eval").body)
+>>> t.qualify(b), t.qualify(c)
 ('torch.cuda.Event', None)
+
+(Results are cached by node identity, so the nodes must outlive the table's use, as a file's tree does.)
 >>> t.local_for("torch.distributed.init_process_group")
 'th.distributed.init_process_group'
 """

@@ -108,7 +108,7 @@ def api_groups(results: list[FileResult]) -> list[dict[str, Any]]:
         for f in r.findings:
             if f.kind != API:
                 continue
-            m = re.search(r"\((\d+) calls in this file\)", f.tip)
+            m = re.search(r"\((\d+) (?:calls|uses) in this file\)", f.tip)
             g = groups.setdefault((f.api, f.message), {"api": f.api, "calls": 0, "where": [], "severity": f.severity,
                                                        "limit": f.gloss or f.message})
             g["calls"] += int(m.group(1)) if m else 1

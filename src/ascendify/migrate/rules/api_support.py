@@ -75,6 +75,25 @@ def _apis_without_kernel() -> dict[str, str]:
     return out
 
 
+_COUNT = re.compile(r" \((\d+) (?:calls|uses) in this file\)$")
+
+
+def _counted_again(ctx, api: str, what: str = "calls") -> bool:
+    """True (and one more on the count in its tip) when this rule already noted ``api`` in this file: an API
+    is noted once per file, at its first call."""
+    hit = ctx.__dict__.setdefault("_api_notes", {}).get((ctx.rule.id, api))
+    if hit is None:
+        return False
+    hit[1] += 1
+    hit[0].tip = _COUNT.sub("", hit[0].tip) + f" ({hit[1]} {what} in this file)"
+    return True
+
+
+def _note(ctx, node, *, api: str, **kw) -> None:
+    ctx.report(node, api=api, **kw)
+    ctx.__dict__.setdefault("_api_notes", {})[(ctx.rule.id, api)] = [ctx.findings[-1], 1]
+
+
 def _is_call_or_use(ctx, node) -> bool:
     p = ctx.parent(node)
     return isinstance(p, ast.Call) and p.func is node
@@ -90,8 +109,9 @@ def _is_call_or_use(ctx, node) -> bool:
     category="api",
     doc="""
     ## What it does
-    Lists every call of a torch API that Huawei's PyTorch 2.13 support list marks unsupported on every chip
-    family (A2, A3, 950DT), with the list's note.
+    Lists calls of torch APIs that Huawei's PyTorch 2.13 support list marks unsupported on every chip
+    family (A2, A3, 950DT), with the list's note and its English translation. Each API is listed once per
+    file, at its first call, with the number of calls in the tip.
 
     ## Why
     These calls fail (or fall back to the CPU) on an NPU even when the rest of the script is converted.
@@ -112,8 +132,10 @@ def unsupported_api(ctx, node: ast.AST) -> None:
     if not q or q not in knowledge.unsupported_apis() or not _is_call_or_use(ctx, node):
         return
     note = knowledge.api_support()[q].get("constraints") or ""
-    ctx.report(node, api=q, severity=UNSUPPORTED, reason=note or "unsupported on Ascend (official support list)",
-               gloss=gloss(note) if note else "", tip="replace with supported ops, or run this part on the CPU")
+    if _counted_again(ctx, q):
+        return
+    _note(ctx, node, api=q, severity=UNSUPPORTED, reason=note or "unsupported on Ascend (official support list)",
+          gloss=gloss(note) if note else "", tip="replace with supported ops, or run this part on the CPU")
 
 
 @rule(
@@ -126,9 +148,11 @@ def unsupported_api(ctx, node: ast.AST) -> None:
     doc="""
     ## What it does
     Lists calls of torch APIs whose entry in the official support list carries a limit (dtypes, shapes,
-    CPU fallback, inference only), with the limit text verbatim (Chinese, as published) and an English gloss.
-    Each API is listed at its first call in a file, with the number of calls. Limits that only list dtypes
-    get severity `dtype-limits` (easy to filter out), the others `limited`.
+    CPU fallback, inference only), with the limit text verbatim (Chinese, as published) and its English
+    translation (ours, data/api_limits_en.json). Only the limits that apply to the call: a dtype limit on an
+    argument the API does not take as a tensor (a module constructor's `input`, a sampler's `dataset`) is
+    dropped. Each API is listed at its first call in a file, with the number of calls. Limits that only list
+    dtypes get severity `dtype-limits` (easy to filter out), the others `limited`.
 
     ## Why
     The call runs, but inputs outside the limits fail or silently take a slow path.
@@ -151,20 +175,15 @@ def limited_api(ctx, node: ast.AST) -> None:
     entry = knowledge.api_support().get(q)
     if not entry or entry.get("supported_any") is False or not entry.get("constraints"):
         return
-    seen = ctx.__dict__.setdefault("_limited_seen", {})
-    if q in seen:
-        finding, n = seen[q]
-        seen[q] = (finding, n + 1)
-        finding.tip = re.sub(r" \(\d+ calls in this file\)$", "", finding.tip) + f" ({n + 1} calls in this file)"
+    if _counted_again(ctx, q):
         return
     note, note_en, dtype_only = applicable_limit(q, entry["constraints"])
     if not note:  # only dtype limits on arguments this call does not take as tensors
         return
     severity = "dtype-limits" if dtype_only else "limited"
-    ctx.report(node, api=q, severity=severity, reason=note, gloss=note_en,
-               tip="keep the arguments in the listed dtypes on the NPU (cast before the call)" if dtype_only
-               else "check the call against the limit")
-    seen[q] = (ctx.findings[-1], 1)
+    _note(ctx, node, api=q, severity=severity, reason=note, gloss=note_en,
+          tip="keep the arguments in the listed dtypes on the NPU (cast before the call)" if dtype_only
+          else "check the call against the limit")
 
 
 @rule(
@@ -177,7 +196,8 @@ def limited_api(ctx, node: ast.AST) -> None:
     doc="""
     ## What it does
     Lists calls of ops for which torch_npu 2.13 registers no NPU kernel (`torch.lgamma`, `x.digamma()`, most of
-    `torch.linalg`, special functions...), matched through the op coverage table's Python APIs.
+    `torch.linalg`, special functions...), matched through the op coverage table's Python APIs; once per
+    file and op, at its first call, with the number of calls.
 
     ## Why
     On an NPU these ops copy their inputs to the CPU, run there and copy back ("CAUTION ... will fall back to
@@ -200,14 +220,15 @@ def no_npu_kernel(ctx, node: ast.AST) -> None:
         f = node.func
         if isinstance(f, ast.Attribute) and ctx.qname(f) is None:
             api = _tensor_methods_without_kernel().get(f.attr)
-            if api:
-                ctx.report(node, api=api, severity="no-kernel", reason="no NPU kernel: falls back to the CPU",
-                           tip="avoid in hot loops; set TORCH_NPU_FALLBACK_CPU_DISABLE=1 to find them at run time")
+            if api and not _counted_again(ctx, api):
+                _note(ctx, node, api=api, severity="no-kernel", reason="no NPU kernel: falls back to the CPU",
+                      tip="avoid in hot loops; set TORCH_NPU_FALLBACK_CPU_DISABLE=1 to find them at run time")
         return
     q = ctx.qname(node)
     if q and q in _apis_without_kernel() and q not in knowledge.unsupported_apis() and _is_call_or_use(ctx, node):
-        ctx.report(node, api=q, severity="no-kernel", reason="no NPU kernel: falls back to the CPU",
-                   tip="avoid in hot loops; set TORCH_NPU_FALLBACK_CPU_DISABLE=1 to find them at run time")
+        if not _counted_again(ctx, q):
+            _note(ctx, node, api=q, severity="no-kernel", reason="no NPU kernel: falls back to the CPU",
+                  tip="avoid in hot loops; set TORCH_NPU_FALLBACK_CPU_DISABLE=1 to find them at run time")
 
 
 _F64 = {"torch.float64", "torch.double", "torch.DoubleTensor", "torch.cuda.DoubleTensor", "torch.complex128",
@@ -224,7 +245,7 @@ _F64 = {"torch.float64", "torch.double", "torch.DoubleTensor", "torch.cuda.Doubl
     doc="""
     ## What it does
     Lists uses of `torch.float64`/`torch.double`, `torch.cuda.DoubleTensor`, `torch.DoubleTensor` and
-    `.double()` calls.
+    `.double()` calls; once per file and name, at the first use, with the number of uses.
 
     ## Why
     Many Ascend kernels reject float64 (the support list's dtype notes), and torch_npu's automatic migration
@@ -245,12 +266,13 @@ def float64(ctx, node: ast.AST) -> None:
     if isinstance(node, ast.Call):
         f = node.func
         if isinstance(f, ast.Attribute) and f.attr == "double" and not node.args and ctx.qname(f) is None:
-            ctx.report(node, api=".double()", severity="float64",
-                       reason="float64 is partially supported on Ascend", tip="use float32 on the device")
+            if not _counted_again(ctx, ".double()", "uses"):
+                _note(ctx, node, api=".double()", severity="float64",
+                      reason="float64 is partially supported on Ascend", tip="use float32 on the device")
         return
     q = ctx.qname(node)
-    if q in _F64:
-        ctx.report(node, api=q, severity="float64", reason="float64 is partially supported on Ascend"
-                   + (" (torch_npu's transfer_to_npu turns it into float32)" if "DoubleTensor" in q else ""),
-                   tip="use float32 on the device")
+    if q in _F64 and not _counted_again(ctx, q, "uses"):
+        _note(ctx, node, api=q, severity="float64", reason="float64 is partially supported on Ascend"
+              + (" (torch_npu's transfer_to_npu turns it into float32)" if "DoubleTensor" in q else ""),
+              tip="use float32 on the device")
 
