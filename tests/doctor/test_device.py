@@ -71,6 +71,7 @@ def test_emulated_npu_and_cpu_end_to_end(tmp_path):
     assert set(rows) == {"smoke:emulated", "perf:emulated", "smoke:cpu", "perf:cpu"}
     assert rows["smoke:emulated"]["title"] == "Smoke ops on emulated npu (host CPU)"
     assert rows["smoke:emulated"]["status"] == "ok" and rows["smoke:cpu"]["status"] == "ok"
+    assert rows["smoke:emulated"]["found"].startswith("emulated npu (host CPU): ")
     assert "host speed, no chip peak" in rows["perf:emulated"]["found"]
     emu = next(d for d in rep["devices"] if d["kind"] == "emulated")
     assert emu["emulated"] is True and emu["name"].startswith("emulated npu (host CPU")

@@ -372,6 +372,7 @@ def result_rows(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
             if skipped:
                 found += f"; unsupported: {', '.join(s['op'] + ' ' + s['dtype'] for s in skipped)}"
             st = "ok"
+        found = f"{label}: {found}"
         fix = "" if st == "ok" else "compare with `ascendify compare`; check driver/CANN versions (matrix row) and device health"
         rows.append({**base, "id": f"smoke:{r['kind']}", "title": f"Smoke ops on {label}", "status": st, "found": found,
                      "fix": fix, "details": {"smoke": sm, "device": r.get("name"), "flags": r.get("flags")}})
@@ -400,7 +401,7 @@ def result_rows(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if r.get("emulated") or r["kind"] == "cpu":
             parts.append("host speed, no chip peak")
         rows.append({**base, "id": f"perf:{r['kind']}", "title": f"Speed on {label}", "status": status,
-                     "found": "; ".join(parts), "fix": "", "details": {"perf": p, "device": r.get("name")}})
+                     "found": f"{label}: " + "; ".join(parts), "fix": "", "details": {"perf": p, "device": r.get("name")}})
     return rows
 
 
