@@ -1,0 +1,148 @@
+"""``ascendify compare``: the three forms, exit codes, outputs, bad input."""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+
+import pytest
+import torch
+import torch.nn as nn
+from conftest import HERE, planted_models as M
+
+from ascendify.cli import main
+from ascendify.precision.lockstep import copy_weights
+
+MODELS = HERE / "models.py"
+
+
+def _dump(model, path, x=None):
+    from ascendify.precision import dump
+
+    model.eval()
+    with torch.no_grad(), dump(model, path, level="mix", mode="stats", backward=False):
+        model(M.inputs() if x is None else x)
+    return path
+
+
+@pytest.fixture(scope="module")
+def dumps(tmp_path_factory):
+    d = tmp_path_factory.mktemp("dumps")
+    _dump(M.reference(), d / "golden")
+    twin = M.twin("head_permutation")
+    copy_weights(M.reference(), twin)
+    _dump(twin, d / "perm")
+    same = M.reference()
+    _dump(same, d / "same")
+    return d
+
+
+def test_dumps_divergence_exit_1_and_outputs(dumps, tmp_path, capsys):
+    out = tmp_path / "out"
+    rc = main(["compare", str(dumps / "golden"), str(dumps / "perm"), "-o", str(out)])
+    text = capsys.readouterr().out
+    assert rc == 1
+    first = text.splitlines()[0]
+    assert first.startswith("DIVERGENCE") and "blocks.1.attn" in first
+    with open(out / "compare.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    for col in ("NPU Name", "Bench Name", "Cosine", "MaxAbsErr", "MaxRelativeErr", "One Thousandth Err Ratio",
+                "Result"):
+        assert col in rows[0]
+    errors = [r for r in rows if r["Result"] == "error"]
+    assert [r["Module"] for r in errors] == ["blocks.1.attn"]
+    payload = json.loads((out / "compare.json").read_text())
+    assert payload["verdict"] == "divergence" and payload["first_divergence"]["module"] == "blocks.1.attn"
+    assert (out / "compare.html").stat().st_size > 1000
+
+
+def test_dumps_match_exit_0_json_on_stdout(dumps, tmp_path, capsys):
+    rc = main(["compare", str(dumps / "golden"), str(dumps / "same"), "-o", str(tmp_path / "o"), "--json"])
+    assert rc == 0
+    assert json.loads(capsys.readouterr().out)["verdict"] == "match"
+
+
+def test_lockstep_from_the_command_line(tmp_path, capsys):
+    args = ["compare", "--golden-model", f"{MODELS}:Reference", "--model", f"{MODELS}:_ln_eps",
+            "--inputs", "4x16:int64:64", "--target", "cpu:fp32", "-o", str(tmp_path / "o")]
+    assert main(args) == 1
+    assert "blocks.1.ln2" in capsys.readouterr().out.splitlines()[0]
+    args[4] = f"{MODELS}:_renamed_wrapped"
+    assert main(args) == 0
+
+
+def test_curves_from_the_command_line(tmp_path, capsys):
+    (tmp_path / "a.json").write_text(json.dumps({"train_loss": [2.0, 1.5, 1.0]}))
+    (tmp_path / "b.json").write_text(json.dumps({"train_loss": [2.0, 1.5, 1.3]}))
+    rc = main(["compare", "--curves", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "-o", str(tmp_path / "o")])
+    assert rc == 1
+    assert "step 2" in capsys.readouterr().out.splitlines()[0]
+    assert (tmp_path / "o" / "curves.html").exists() and (tmp_path / "o" / "curves.csv").exists()
+    rc = main(["compare", "--curves", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--tolerance", "0.5",
+               "-o", str(tmp_path / "o")])
+    assert rc == 0
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["compare"], ["compare", "onlyone"], ["compare", "a", "b", "--curves", "x", "y"],
+     ["compare", "--curves", "a", "b", "--tolerance", "-1"]],
+)
+def test_usage_errors_exit_2(argv, capsys):
+    assert main(argv) == 2
+
+
+def _expect_bad(argv, capsys, *needles, out=None):
+    rc = main(argv)
+    err = capsys.readouterr().err
+    assert rc == 3, err
+    for n in needles:
+        assert n in err
+    if out is not None:
+        assert not out.exists() or not any(out.iterdir()), "nothing may be written for bad input"
+
+
+def test_truncated_dump_names_the_file(dumps, tmp_path, capsys):
+    bad = tmp_path / "bad"
+    shutil.copytree(dumps / "perm", bad)
+    dj = bad / "step0" / "rank0" / "dump.json"
+    dj.write_text(dj.read_text()[:500])
+    out = tmp_path / "o"
+    _expect_bad(["compare", str(dumps / "golden"), str(bad), "-o", str(out)], capsys, "dump.json", out=out)
+
+
+def test_foreign_dump_names_the_file(dumps, tmp_path, capsys):
+    bad = tmp_path / "foreign" / "step0" / "rank0"
+    bad.mkdir(parents=True)
+    (bad / "dump.json").write_text(json.dumps({"hello": "world"}))
+    out = tmp_path / "o"
+    _expect_bad(["compare", str(dumps / "golden"), str(tmp_path / "foreign"), "-o", str(out)], capsys,
+                "dump.json", out=out)
+
+
+def test_dumps_of_different_models(dumps, tmp_path, capsys):
+    other = _dump(nn.Sequential(nn.Embedding(64, 8), nn.Linear(8, 3)), tmp_path / "other")
+    out = tmp_path / "o"
+    _expect_bad(["compare", str(dumps / "golden"), str(other), "-o", str(out)], capsys, "not a dump of the same model",
+                str(other), out=out)
+
+
+def test_missing_rank(dumps, tmp_path, capsys):
+    g = tmp_path / "g"
+    shutil.copytree(dumps / "golden", g)
+    shutil.copytree(g / "step0" / "rank0", g / "step0" / "rank1")
+    out = tmp_path / "o"
+    _expect_bad(["compare", str(g), str(dumps / "same"), "-o", str(out)], capsys, "rank1", "rank 1 is missing", out=out)
+
+
+def test_missing_path(tmp_path, capsys):
+    _expect_bad(["compare", str(tmp_path / "nope"), str(tmp_path / "nope2"), "-o", str(tmp_path / "o")], capsys,
+                "nope")
+
+
+def test_bad_model_spec(tmp_path, capsys):
+    _expect_bad(["compare", "--model", f"{MODELS}:NoSuchThing", "--inputs", "2x16:int64:64", "--target", "cpu",
+                 "-o", str(tmp_path / "o")], capsys, "NoSuchThing")
+    _expect_bad(["compare", "--model", f"{MODELS}:Reference", "--inputs", "2x16:complex7", "--target", "cpu",
+                 "-o", str(tmp_path / "o")], capsys, "unknown dtype")

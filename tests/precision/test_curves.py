@@ -1,0 +1,73 @@
+"""Training-curve comparison: every history format, the band, the first step outside it, bad files."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ascendify.precision.curves import CurveError, compare_curves, load_history
+
+A = {"train_loss": [2.3, 2.0, 1.7, 1.5, 1.4], "val_acc": [0.1, 0.2, 0.3, 0.35, 0.4],
+     "epoch_time": [10.0, 9.0, 9.1, 9.0, 9.2]}
+B = {"train_loss": [2.3, 2.01, 1.71, 1.62, 1.6], "val_acc": [0.1, 0.2, 0.3, 0.35, 0.4],
+     "epoch_time": [30.0, 31.0, 29.0, 30.0, 30.0]}
+
+
+def test_history_json_first_step_outside_the_band(tmp_path):
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    a.write_text(json.dumps(A))
+    b.write_text(json.dumps(B))
+    r = compare_curves(a, b, tolerance=0.05)
+    assert r.verdict == "divergence"
+    assert r.first["series"] == "train_loss" and r.first["step"] == 3  # 1.62 vs 1.5 is 7.4% apart
+    assert r.series["val_acc"]["first_outside"] is None
+    # timings differ by device: reported, never a failure
+    assert not r.series["epoch_time"]["checked"] and r.series["epoch_time"]["first_outside"]
+    assert compare_curves(a, b, tolerance=0.2).verdict == "match"
+    json.loads(r.to_json())
+
+
+def test_list_of_dicts_and_plain_list_and_csv(tmp_path):
+    rows = [{"step": 10 * i, "loss": v} for i, v in enumerate(A["train_loss"])]
+    (tmp_path / "a.json").write_text(json.dumps(rows))
+    (tmp_path / "b.csv").write_text("step,loss\n" + "\n".join(f"{10 * i},{v}" for i, v in enumerate(B["train_loss"])))
+    r = compare_curves(tmp_path / "a.json", tmp_path / "b.csv")
+    assert r.first["step"] == 30
+    h = load_history([1.0, 0.5])
+    assert h.series["loss"] == ([0, 1], [1.0, 0.5])
+
+
+def test_tensorboard_event_files(tmp_path):
+    tb = pytest.importorskip("torch.utils.tensorboard")
+    for name, hist in (("a", A), ("b", B)):
+        w = tb.SummaryWriter(log_dir=str(tmp_path / name))
+        for step, v in enumerate(hist["train_loss"]):
+            w.add_scalar("loss/train", v, step * 100)
+        w.close()
+    r = compare_curves(tmp_path / "a", tmp_path / "b")
+    assert r.first["series"] == "loss/train" and r.first["step"] == 300
+
+
+def test_nan_in_one_run_is_outside_the_band():
+    r = compare_curves({"loss": [1.0, 1.0, float("nan")]}, {"loss": [1.0, 1.0, 0.9]})
+    assert r.first["step"] == 2
+
+
+@pytest.mark.parametrize(
+    "content, what",
+    [("{not json", "not a readable JSON"), ('{"a": 1}', "no list of values"), ("[]", "dict of lists")],
+)
+def test_bad_histories_name_the_file(tmp_path, content, what):
+    p = tmp_path / "h.json"
+    p.write_text(content)
+    with pytest.raises(CurveError, match=what) as e:
+        load_history(p)
+    assert str(p) in str(e.value)
+
+
+def test_missing_file_and_unknown_series(tmp_path):
+    with pytest.raises(CurveError, match="no such file"):
+        load_history(tmp_path / "nope.json")
+    with pytest.raises(CurveError, match="not in both"):
+        compare_curves(A, B, series=["grad_norm"])
