@@ -9,7 +9,8 @@ import shutil
 import pytest
 import torch
 import torch.nn as nn
-from conftest import HERE, planted_models as M
+from conftest import HERE
+from conftest import planted_models as M
 
 from ascendify.cli import main
 from ascendify.precision.lockstep import copy_weights
