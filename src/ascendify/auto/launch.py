@@ -122,3 +122,29 @@ def _run_rewritten(path: str) -> None:
 def run_torchrun(prog: Program, child_flags: list[str]) -> int:
     """Start each torchrun worker of ``prog`` as ``python -m ascendify run FLAGS SCRIPT ARGS``."""
     return prog.relaunch_torchrun(["run", *child_flags], who="ascendify run")
+
+
+def scan_module(module: str) -> None:
+    """Report the CUDA checks of module ``module``'s file (when the check rewrite, which reports them, is off),
+    and count its package as the user's code even when it is installed in site-packages."""
+    import importlib.util
+
+    from ascendify.auto import runtime
+    from ascendify.auto.scan import scan_file
+
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        return
+    s = runtime.current()
+    if spec is not None and spec.origin and spec.origin.endswith(".py") and s is not None:
+        s.rec.findings.extend(scan_file(spec.origin))
+        # the entry package is the user's code even when it is installed in site-packages
+        from ascendify.auto.record import add_user_root
+
+        top = importlib.util.find_spec(module.split(".")[0])
+        if top is not None and top.submodule_search_locations:
+            for loc in top.submodule_search_locations:
+                add_user_root(loc)
+        else:
+            add_user_root(spec.origin)  # a single-file module: that file only

@@ -83,32 +83,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"ascendify run: cannot redirect to {target}: {e.__class__.__name__}: {e}", file=sys.stderr)
         return 2
     if prog.module is not None and not args.rewrite_checks:
-        _scan_module(prog.module)
+        launch.scan_module(prog.module)
     try:
         return launch.run_program(prog)
     finally:
         launch.finish(log=args.log, quiet=args.quiet)
-
-
-def _scan_module(module: str) -> None:
-    import importlib.util
-
-    from ascendify.auto import runtime
-    from ascendify.auto.scan import scan_file
-
-    try:
-        spec = importlib.util.find_spec(module)
-    except (ImportError, ValueError):
-        return
-    s = runtime.current()
-    if spec is not None and spec.origin and spec.origin.endswith(".py") and s is not None:
-        s.rec.findings.extend(scan_file(spec.origin))
-        # the entry package is the user's code even when it is installed in site-packages
-        from ascendify.auto.record import add_user_root
-
-        top = importlib.util.find_spec(module.split(".")[0])
-        if top is not None and top.submodule_search_locations:
-            for loc in top.submodule_search_locations:
-                add_user_root(loc)
-        else:
-            add_user_root(spec.origin)  # a single-file module: that file only
