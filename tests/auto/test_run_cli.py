@@ -26,6 +26,17 @@ def test_script_runs_with_argv_and_exit_code(tmp_path):
     assert "ascendify run → cpu" in r.stderr  # the summary goes to stderr, stdout stays the script's
 
 
+def test_python_and_its_options_before_the_script(tmp_path):
+    script = tmp_path / "warns.py"
+    script.write_text("import json, sys, warnings\n"
+                      "print(json.dumps({'argv': sys.argv[1:], 'bytecode': sys.dont_write_bytecode}))\n"
+                      "warnings.warn('as an error', UserWarning)\n")
+    r = ascendify_run("--to", "cpu", "-q", "--", "python", "-u", "-B", "-W", "error::UserWarning", str(script),
+                      "-u", cwd=tmp_path, env={"PYTHONDONTWRITEBYTECODE": None})
+    assert last_json(r.stdout) == {"argv": ["-u"], "bytecode": True}
+    assert r.returncode == 1 and "UserWarning: as an error" in r.stderr  # -W made the warning an error
+
+
 def test_exceptions_print_a_traceback_and_exit_1():
     r = ascendify_run("--to", "cpu", str(SCRIPTS / "raises.py"))
     assert r.returncode == 1
