@@ -124,7 +124,7 @@ def test_lines_of_the_original_and_unchanged_files_are_never_rewrapped():
         ('s = f("a, b, c, d, e, f, g")', 15, None),  # never inside a string
         ("r = h(a)  # note, with, commas", 12, None),  # nor in a comment
         ("m = k(lambda aa, bb: aa + bb)", 20, None),  # nor between a lambda's parameters
-        ("a, b = cc(1), dd(2)", 10, None),  # nothing fits: left as it is
+        ("a, b = cc(1), dd(2)", 10, None),  # nothing fits (wrap_long_lines adds brackets: below)
         ("    more, args)", 10, None),  # a bracket opened on an earlier line: its column is unknown
     ],
 )
@@ -133,3 +133,15 @@ def test_wrap_line(line, limit, pieces):
     if pieces:
         assert max(map(len, pieces)) <= limit
         compile("\n".join(pieces), "<wrapped>", "exec")
+
+
+def test_a_tuple_on_the_right_of_an_assignment_gets_brackets_to_break_inside():
+    original = "x = 1  # " + "-" * 50 + "\n"
+    new = original + "start, end = make_event(timing=True), make_event(timing=True)  # two events\n"
+    out = wrap_long_lines(new, original, limit=60)
+    assert out == original + (
+        "start, end = (make_event(timing=True),\n"
+        "              make_event(timing=True))  # two events\n")
+    compile(out, "<wrapped>", "exec")
+    for line in ("total += a, b", "f(a=1, b=2)", "s = 'x = 1, 2'"):  # no top-level `=` with a tuple after it
+        assert wrap_long_lines(line + "\n", "", limit=5) == line + "\n"

@@ -165,7 +165,8 @@ class Context:
     def accelerator_guarded(self, node: ast.AST) -> bool:
         """``node`` only runs when an accelerator is in use: it sits in the true branch of an ``if`` (or a
         conditional expression) testing ``torch.accelerator.is_available()``, ``<device>.type != "cpu"``,
-        ``not x.is_cpu``, or a variable assigned one of those (``on_device = device.type != "cpu"``)."""
+        ``not x.is_cpu``, the CUDA tests that become those (``<device>.type == "cuda"``, ``x.is_cuda``), or a
+        variable assigned one of those (``on_device = device.type != "cpu"``)."""
         child, p = node, self.parent(node)
         while p is not None:
             if isinstance(p, ast.If) and child in p.body or isinstance(p, ast.IfExp) and child is p.body:
@@ -184,6 +185,11 @@ class Context:
         if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.NotEq):
             other = test.comparators[0]
             return isinstance(other, ast.Constant) and other.value == "cpu"
+        if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq):
+            # `device.type == "cuda"`: ASC104 makes it `device.type != "cpu"` (an accelerator branch)
+            return any(isinstance(o, ast.Constant) and o.value == "cuda" for o in (test.left, *test.comparators))
+        if isinstance(test, ast.Attribute) and test.attr == "is_cuda":  # ASC102: `not x.is_cpu`
+            return True
         if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
             return isinstance(test.operand, ast.Attribute) and test.operand.attr == "is_cpu"
         if isinstance(test, ast.Name) and depth == 0:

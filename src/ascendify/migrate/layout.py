@@ -11,7 +11,8 @@ before ``if``/``else``/``and``/``or``/``for``, with the continuation aligned one
 
 Only lines that are not in the original file are touched, so an unchanged file and a second run stay
 byte-identical. Breaks never fall inside a string or a comment, nor inside a bracket opened on an earlier
-line; where no break fits (the long part is inside an f-string), the line stays as it is.
+line; a tuple on the right of an assignment (``x, y = a, b``) gets brackets to break inside. Where no break
+fits (the long part is inside an f-string), the line stays as it is.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ def wrap_long_lines(new: str, original: str, limit: int | None = None) -> str:
     for line in new.splitlines(keepends=True):
         body = line.rstrip("\r\n")
         if len(body) > limit and body not in known:
-            pieces = wrap_line(body, limit)
+            pieces = wrap_line(body, limit) or wrap_line(_bracket_tuple(body) or "", limit)
             if pieces is not None:
                 end = line[len(body):]
                 nl = end or ("\r\n" if "\r\n" in new else "\n")
@@ -97,6 +98,47 @@ def _breaks(line: str) -> list[tuple[int, int, int, int, int]]:
                         break
         i += 1
     return out
+
+
+def _top_level(line: str) -> tuple[list[int], int, int]:
+    """Offsets of the commas and of the first ``=`` outside brackets and strings, and where a comment starts."""
+    commas: list[int] = []
+    assign, depth, i, n = -1, 0, 0, len(line)
+    while i < n:
+        c = line[i]
+        if c == "#":
+            return commas, assign, i
+        if c in "'\"":
+            quote = line[i : i + 3] if line[i : i + 3] in ('"""', "'''") else c
+            j = i + len(quote)
+            while j < n and not line.startswith(quote, j):
+                j += 2 if line[j] == "\\" else 1
+            if j >= n:
+                return [], -1, n
+            i = j + len(quote)
+            continue
+        if c in _OPEN:
+            depth += 1
+        elif c in _CLOSE:
+            depth -= 1
+        elif depth == 0 and c == "," and assign >= 0:
+            commas.append(i)
+        elif depth == 0 and c == "=" and assign < 0 and line[i - 1 : i] == " " and line[i + 1 : i + 2] == " ":
+            assign = i
+        i += 1
+    return commas, assign, n
+
+
+def _bracket_tuple(line: str) -> str | None:
+    """``x, y = a, b`` as ``x, y = (a, b)``: the same tuple, now with a bracket to break inside."""
+    commas, assign, comment = _top_level(line)
+    if assign < 0 or not commas:
+        return None
+    code, rest = line[:comment].rstrip(), line[comment:]
+    value = code[assign + 1 :].strip()
+    if not value or value.endswith(","):
+        return None
+    return f"{code[: assign + 1]} ({value})" + (f"  {rest}" if rest else "")
 
 
 def wrap_line(line: str, limit: int) -> list[str] | None:

@@ -371,7 +371,8 @@ def _rename_amp(ctx, func: ast.AST, name: str) -> list:
     ## Use instead
     `--to npu`: `torch.npu.synchronize()`, `torch.npu.NPUGraph()` (only names that exist in torch_npu).
     `--to portable`: `torch.accelerator.synchronize()` guarded by `torch.accelerator.is_available()` where the
-    call needs an accelerator, so the code also runs on the CPU.
+    call needs an accelerator, so the code also runs on the CPU (not where it already sits in an accelerator
+    branch: `if device.type == "cuda":` becomes `if device.type != "cpu":`, which is guard enough).
 
     ## Fix safety
     Safe. Names without an equivalent are reported by ASC204, never invented.
@@ -388,6 +389,11 @@ def _rename_amp(ctx, func: ast.AST, name: str) -> list:
             "import torch\ntorch.cuda.synchronize()\n",
             "import torch\nif torch.accelerator.is_available():\n    torch.accelerator.synchronize()\n",
             target=PORTABLE,
+        ),
+        Example(
+            'import torch\nif device.type == "cuda":\n    torch.cuda.synchronize()\n',
+            'import torch\nif device.type != "cpu":\n    torch.accelerator.synchronize()\n',
+            target=PORTABLE, note="already in an accelerator branch: no second guard",
         ),
         Example("cuda = Namespace()\ncuda.synchronize()\n", None),
     ],
@@ -430,8 +436,8 @@ def _portable(ctx, node: ast.AST, q: str) -> None:
     torch = ctx.ref("torch")
     if name in P.STREAM_EVENT_FALLBACK and is_call:
         return _stream_or_event(ctx, node, call, q, name, torch)
-    if guard is P.NOGUARD or not is_call:
-        ctx.change(node, [ctx.chain_edit(node, "torch." + new)], api=q, message=f"{q} -> torch.{new}")
+    if guard is P.NOGUARD or not is_call or ctx.accelerator_guarded(call):  # (inside an accelerator branch
+        ctx.change(node, [ctx.chain_edit(node, "torch." + new)], api=q, message=f"{q} -> torch.{new}")  # already)
         return
     ca, cb = ctx.span(call)
     fa, fb = ctx.span(node)
