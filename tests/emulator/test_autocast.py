@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 import ascendify.emulator as emulator
-from ascendify.emulator import autocast
+from ascendify.emulator.ops import autocast
 
 LOWER = [torch.float16, torch.bfloat16]
 

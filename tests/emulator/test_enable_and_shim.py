@@ -7,7 +7,9 @@ import pytest
 import torch
 
 import ascendify.emulator as emu
-from ascendify.emulator import NotEmulatedError, backend, selftest
+from ascendify.emulator import NotEmulatedError
+from ascendify.emulator.device import backend
+from ascendify.emulator.reporting import selftest
 
 
 def test_enable_is_idempotent_and_applies_settings(fresh_report):

@@ -18,7 +18,7 @@ def _public(module) -> list[str]:
     for n, v in vars(module).items():
         if n.startswith("_") or n == "annotations":
             continue
-        if isinstance(v, types.ModuleType) and not v.__name__.startswith(("torch.npu", "ascendify.emulator.npu")):
+        if isinstance(v, types.ModuleType) and not v.__name__.startswith(("torch.npu", "ascendify.emulator.api.npu")):
             continue
         out.append(n)
     return out
@@ -184,7 +184,7 @@ def test_host_memory_tuning_is_applied_once_and_can_be_refused():
     import os
     import sys
 
-    from ascendify.emulator import hostmem
+    from ascendify.emulator.device import hostmem
 
     assert hostmem.wanted({}) is True
     assert hostmem.wanted({hostmem.ENV: "0"}) is False

@@ -7,7 +7,7 @@ import pickle
 import pytest
 import torch
 
-from ascendify.emulator import tensors
+from ascendify.emulator.device import tensors
 
 
 def test_retag_is_zero_copy_both_ways():

@@ -64,7 +64,7 @@ def enable(**overrides) -> None:
                 settings.update(**overrides)
             runtime.enabled = True
             return
-        from ascendify.emulator import backend
+        from ascendify.emulator.device import backend
 
         why = backend.refusal()
         if why:
@@ -76,12 +76,12 @@ def enable(**overrides) -> None:
         _state["direct_kernels"] = backend.install()
         _state["installed"] = True
         runtime.enabled = True
-        from ascendify.emulator import shim
+        from ascendify.emulator.api import shim
 
         shim.install()
         _install_peer_hooks()
         if settings.self_test:
-            from ascendify.emulator import selftest
+            from ascendify.emulator.reporting import selftest
 
             problem = selftest.autograd_engine_problem()
             if problem:  # a backward() ran before enable(); without the self-test, the first npu backward says so
@@ -101,7 +101,7 @@ def enable(**overrides) -> None:
 
 def _install_peer_hooks() -> None:
     """Let the AMP op lists and the ``hccl`` backend (written separately) plug in, if present."""
-    for name in ("ascendify.emulator.autocast", "ascendify.emulator.distributed"):
+    for name in ("ascendify.emulator.ops.autocast", "ascendify.emulator.distributed"):
         try:
             mod = importlib.import_module(name)
         except ModuleNotFoundError as e:
@@ -115,7 +115,7 @@ def _install_peer_hooks() -> None:
 
 def report() -> dict:
     """A summary of the emulated run so far (plain data, JSON-ready)."""
-    from ascendify.emulator import summary
+    from ascendify.emulator.reporting import summary
 
     return summary.build()
 

@@ -19,3 +19,8 @@ class LayoutNotEmulatedError(NotEmulatedError, NotImplementedError):
     """A tensor layout the emulated npu device does not have (sparse COO/CSR/CSC/BSR/BSC): raised where such a
     tensor would reach or leave the device. Also a ``NotImplementedError``, what PyTorch raises for an op with
     no kernel on a backend."""
+
+
+class NpuUnsupportedError(RuntimeError):
+    """What no Ascend NPU can do at all (not a fidelity choice): e.g. ``nn.DataParallel`` over several ``npu``
+    devices, which torch_npu does not support (use ``DistributedDataParallel``)."""

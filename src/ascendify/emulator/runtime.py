@@ -1,4 +1,5 @@
-"""The emulator's process-wide state: settings, memory counters, the recorder, the current device.
+"""The emulator's process-wide state: settings, memory counters, the recorder, the current device, and the
+one registry of its monkey patches (:class:`ascendify.patching.Patches`).
 
 One instance of each, created at import (cheap, enables nothing); :func:`ascendify.emulator.enable` fills the
 settings from the environment.
@@ -6,15 +7,17 @@ settings from the environment.
 
 from __future__ import annotations
 
-from ascendify.emulator.memory import DeviceMemory
-from ascendify.emulator.record import Recorder
+from ascendify.emulator.device.memory import DeviceMemory
+from ascendify.emulator.reporting.record import Recorder
 from ascendify.emulator.settings import Settings
+from ascendify.patching import Patches
 
 settings = Settings()
 memory = DeviceMemory(settings)
 recorder = Recorder()
 enabled = False
 current_device = [0]  # a list so that other modules share the one cell
+patches = Patches()  # every attribute of torch the emulator replaces, through the one undoable registry
 quiet = [0]  # > 0 while torch itself (printing) runs ops a user did not ask for: no fidelity events
 
 

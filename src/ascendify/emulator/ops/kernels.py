@@ -12,9 +12,10 @@ through :func:`_run`, which
 
 View ops (outputs alias inputs, nothing written) and in-place view ops redispatch straight to the CPU
 kernel with the ``npu`` tensors: CPU view kernels only touch metadata. A few ops need their own kernel
-(copies across devices, ``resize_``, ``set_``, convolution's "overrideable" pair); see ``_SPECIAL``.
+(copies across devices, ``resize_``, ``set_``, convolution's "overrideable" pair: :mod:`.special`).
 
-Per-op facts (kind, where written outputs come from, fidelity verdict) are computed once and cached.
+Every per-op decision (own kernel, CPU arguments allowed, no NPU kernel, fast path) comes from the one table,
+:mod:`.table`; per-op schema facts (kind, where written outputs come from) from :mod:`.opinfo`, cached.
 """
 
 from __future__ import annotations
@@ -22,10 +23,13 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ascendify import knowledge
-from ascendify.emulator import attention, fidelity, fused_rnn, rng, runtime
-from ascendify.emulator.record import op_name
-from ascendify.emulator.tensors import adopt, adopt_fresh, cpu_alias
+from ascendify.emulator import runtime
+from ascendify.emulator.device import rng
+from ascendify.emulator.device.tensors import adopt, adopt_fresh, cpu_alias
+from ascendify.emulator.ops import fastpath, fidelity, table
+from ascendify.emulator.ops.mismatch import mixed_error as _mixed_error
+from ascendify.emulator.ops.mismatch import two_devices as _two_devices
+from ascendify.emulator.ops.opinfo import _INFO, OpInfo, info, scalar_overload
 
 _CPU_KS = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
 _CPU = torch.device("cpu")
@@ -35,104 +39,8 @@ _settings = runtime.settings
 _check_index = runtime.check_index
 _current = runtime.current_device
 
-# ops that legitimately take CPU tensors next to device tensors (as on CUDA)
-_CPU_ARGS_OK = frozenset(
-    {"index.Tensor", "index_put", "index_put_", "_index_put_impl_", "_unsafe_index.Tensor", "_unsafe_index_put",
-     "index.Tensor_out", "index_put.out", "_index_put_impl.out", "equal"}
-)
-
-
-class OpInfo:
-    """What the kernels need to know about one op overload, computed once."""
-
-    __slots__ = ("op", "call", "name", "kind", "write_src", "out_names", "gen_kw", "flagged", "allow_cpu",
-                 "has_tensor_lists", "fast", "tensor_pos", "tensor_kw", "single_tensor", "calls", "swap_rng")
-
-    def __init__(self, op):
-        schema = op._schema
-        self.op = op
-        self.calls = 0  # counted in place on the hot path; the recorder names and sums them
-        runtime.recorder.infos.append(self)
-        self.call = op._op
-        self.name = op_name(op)
-        self.gen_kw = any(a.name == "generator" for a in schema.arguments)
-        # random with no generator argument (native_dropout): draws from the device generator (rng.drawing_from)
-        self.swap_rng = torch.Tag.nondeterministic_seeded in op.tags and not self.gen_kw
-        self.flagged = self.name in _no_kernel()
-        self.allow_cpu = self.name in _CPU_ARGS_OK
-        self.has_tensor_lists = any("Tensor" in str(a.type) and "[]" in str(a.type) for a in schema.arguments)
-        self.write_src: list = []  # per return: index/name of the written argument
-        self.out_names: list[str] = []
-        view = False
-        for r in schema.returns:
-            ai = r.alias_info
-            if ai is None:
-                self.write_src.append(None)
-                continue
-            if not ai.is_write:
-                view = True
-                self.write_src.append(None)
-                continue
-            src = None
-            for j, a in enumerate(schema.arguments):
-                if a.alias_info is not None and a.alias_info.is_write and a.alias_info.before_set == ai.before_set:
-                    src = a.name if a.kwarg_only else j
-                    if a.is_out:
-                        self.out_names.append(a.name)
-                    break
-            self.write_src.append(src)
-        if torch.Tag.inplace_view in op.tags or (view and not any(s is not None for s in self.write_src)):
-            self.kind = "view"
-        elif any(s is not None for s in self.write_src):
-            self.kind = "write"
-        else:
-            self.kind = "functional"
-        # the fast path (_run_fast): plain Tensor / Tensor? arguments, nothing device- or RNG-related
-        types = [str(a.type) for a in schema.arguments]
-        self.tensor_pos = tuple(j for j, (a, t) in enumerate(zip(schema.arguments, types, strict=True))
-                                if t in ("Tensor", "Optional[Tensor]") and not a.kwarg_only)
-        self.tensor_kw = tuple(a.name for a, t in zip(schema.arguments, types, strict=True)
-                               if t in ("Tensor", "Optional[Tensor]") and a.kwarg_only)
-        plain = all(("Tensor" not in t or t in ("Tensor", "Optional[Tensor]")) for t in types)
-        self.single_tensor = len(schema.returns) == 1 and str(schema.returns[0].type) == "Tensor"
-        self.fast = (plain and not self.gen_kw and not self.swap_rng and self.kind != "view"
-                     and not any(a.name == "device" for a in schema.arguments))
-
-
-_no_kernel_cache: list = []
-
-
-def _no_kernel() -> frozenset[str]:
-    if not _no_kernel_cache:
-        _no_kernel_cache.append(knowledge.overloads_without_npu_kernel())
-    return _no_kernel_cache[0]
-
-
-_INFO: dict = {}
-
-
-def info(op) -> OpInfo:
-    i = _INFO.get(op)
-    if i is None:
-        i = _INFO[op] = OpInfo(op)
-    return i
-
-
 # --------------------------------------------------------------------------------------------------------
 # argument conversion
-
-
-def _mixed_error(index: int) -> RuntimeError:
-    return RuntimeError(
-        f"Expected all tensors to be on the same device, but found at least two devices, npu:{index} and cpu! "
-        "(a CPU tensor was passed to an operator on the emulated NPU; move it with .npu()/.to(device))"
-    )
-
-
-def _two_devices(a: int, b: int) -> RuntimeError:
-    return RuntimeError(
-        f"Expected all tensors to be on the same device, but found at least two devices, npu:{a} and npu:{b}!"
-    )
 
 
 class _Conv:
@@ -208,39 +116,6 @@ def _call(inf: OpInfo, cargs, ckw):
         if "Expected a value of type 'Tensor'" not in str(e):
             raise
         return scalar_overload(inf, cargs)(*cargs, **ckw)
-
-
-_SCALAR_ALT: dict = {}
-
-
-def scalar_overload(inf: OpInfo, cargs):
-    """The CPU callable for ``inf``'s op when Python numbers sit where its schema has ``Tensor`` arguments (a
-    wrapped-number scalar that the boxed call turned back into a number: ``x * 2`` reaches ``mul.Tensor``).
-
-    It is the sibling overload taking ``Scalar`` there (``mul.Scalar``, ``pow.Tensor_Scalar``...), which wraps
-    the number exactly as the CPU does; cached per op and positions. Without one: the overload packet."""
-    n = len(cargs)
-    pos = tuple(i for i in inf.tensor_pos if i < n and cargs[i] is not None and not isinstance(cargs[i], Tensor))
-    key = (inf.op, pos)
-    fn = _SCALAR_ALT.get(key)
-    if fn is None:
-        fn = _SCALAR_ALT[key] = _find_scalar_overload(inf.op, pos)
-    return fn
-
-
-def _find_scalar_overload(op, pos):
-    args = op._schema.arguments
-    want = [str(a.type) for a in args]
-    for i in pos:
-        want[i] = "Scalar"
-    names = [a.name for a in args]
-    packet = op.overloadpacket
-    for name in packet.overloads():
-        other = getattr(packet, name)
-        o_args = other._schema.arguments
-        if [a.name for a in o_args] == names and [str(a.type) for a in o_args] == want:
-            return other._op
-    return packet
 
 
 def _run(inf: OpInfo, args: tuple, kwargs: dict):
@@ -427,7 +302,7 @@ def _promote(inf: OpInfo) -> None:
 
 def _fallback(op, *args, **kwargs):
     inf = _INFO.get(op) or info(op)
-    special = _SPECIAL.get(inf.name)
+    special = inf.policy.kernel
     if special is not None:
         inf.calls += 1
         return special(*args, **kwargs)
@@ -441,9 +316,7 @@ def _fallback(op, *args, **kwargs):
 def make_kernel(op):
     """A kernel for ``op`` alone (skips the composite ``empty`` + ``op.out`` pair of structured ops)."""
     inf = info(op)
-    from ascendify.emulator import fastpath
-
-    special = fastpath.kernel_for(inf)
+    special = fastpath.kernel_for(inf, _run_fast)
     if special is not None:
         return special
     run = _run_fast if inf.fast else _run
@@ -453,201 +326,6 @@ def make_kernel(op):
 
     kernel.__name__ = f"npu_{inf.name}"
     return kernel
-
-
-# --------------------------------------------------------------------------------------------------------
-# special ops
-
-
-def _index_of(t: Tensor) -> int:
-    d = t.get_device()
-    return d if d >= 0 else _current[0]
-
-
-def _empty(size, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
-    index = _check_index(device.index if device is not None else None)
-    if pin_memory:
-        raise RuntimeError("pin_memory=True only applies to CPU tensors (asked for an npu tensor)")
-    if layout not in (None, torch.strided):
-        raise RuntimeError(f"the emulated npu device supports strided tensors only, not {layout}")
-    dtype = dtype or torch.get_default_dtype()
-    n = 1
-    for s in size:
-        n *= int(s)
-    runtime.memory.check(n * _itemsize(dtype), index)
-    if dtype in _F64:
-        fidelity.float64("empty", dtype)
-    return adopt(torch.empty(size, dtype=dtype, memory_format=memory_format or torch.contiguous_format), index)
-
-
-def _empty_strided(size, stride, *, dtype=None, layout=None, device=None, pin_memory=None):
-    index = _check_index(device.index if device is not None else None)
-    if pin_memory:
-        raise RuntimeError("pin_memory=True only applies to CPU tensors (asked for an npu tensor)")
-    dtype = dtype or torch.get_default_dtype()
-    if dtype in _F64:
-        fidelity.float64("empty_strided", dtype)
-    return adopt(torch.empty_strided(size, stride, dtype=dtype), index)
-
-
-_ITEMSIZE: dict = {}
-
-
-def _itemsize(dtype) -> int:
-    s = _ITEMSIZE.get(dtype)
-    if s is None:
-        s = _ITEMSIZE[dtype] = torch.empty(0, dtype=dtype).element_size()
-    return s
-
-
-def _copy_(self, src, non_blocking=False):
-    dst = cpu_alias(self) if self.get_device() >= 0 else self
-    if isinstance(src, Tensor) and src.get_device() >= 0:
-        src = cpu_alias(src)
-    dst.copy_(src)
-    if self.get_device() >= 0 and self.dtype in _F64 and src.dtype not in _F64:
-        fidelity.float64("copy_", self.dtype)
-    return self
-
-
-def _copy_from(self, dst, non_blocking=False):
-    _copy_(dst, self)
-    return dst
-
-
-def _copy_from_and_resize(self, dst):
-    dst.resize_(self.shape)
-    _copy_(dst, self)
-    return dst
-
-
-def _to_copy(self, *, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False,
-             memory_format=None):
-    on_npu = self.get_device() >= 0
-    src = cpu_alias(self) if on_npu else self
-    if device is None or device.type == "npu":
-        index = _check_index(device.index) if device is not None and device.index is not None else _index_of(self)
-        if not on_npu:
-            runtime.memory.check(self.numel() * _itemsize(dtype or self.dtype), index)
-        res = torch.ops.aten._to_copy.default(src, dtype=dtype, layout=layout, memory_format=memory_format)
-        if res.dtype in _F64 and (not on_npu or self.dtype not in _F64):
-            fidelity.float64("_to_copy", res.dtype)
-        return adopt(res, index)
-    # to another device (cpu, meta): a real copy; pinned host memory has no meaning here
-    return torch.ops.aten._to_copy.default(
-        src, dtype=dtype, layout=layout, device=device, memory_format=memory_format
-    )
-
-
-def _resize_(self, size, memory_format=None):
-    n = 1
-    for s in size:
-        n *= int(s)
-    needed = (self.storage_offset() + n) * self.element_size()
-    st = self.untyped_storage()
-    if needed > st.nbytes():
-        index = _index_of(self)
-        new = adopt(torch.empty(needed, dtype=torch.uint8), index)
-        old = st.nbytes()
-        if old:
-            cpu_alias(new)[:old].copy_(cpu_alias(_bytes_view(self)))
-        _set_storage.redispatch(_CPU_KS, self, new.untyped_storage(), self.storage_offset(), list(size), [])
-        if memory_format is None:
-            return self
-    return torch.ops.aten.resize_.default.redispatch(_CPU_KS, self, size, memory_format=memory_format)
-
-
-_set_storage = torch.ops.aten.set_.source_Storage_storage_offset
-
-
-def _bytes_view(t: Tensor) -> Tensor:
-    """An ``npu`` uint8 tensor over the whole storage of ``t``."""
-    st = t.untyped_storage()
-    b = torch.empty(0, dtype=torch.uint8, device=t.device)
-    _set_storage.redispatch(_CPU_KS, b, st, 0, [st.nbytes()], [1])
-    return b
-
-
-def _set_empty(self):
-    new = adopt(torch.empty(0, dtype=self.dtype), _index_of(self))
-    return _set_storage.redispatch(_CPU_KS, self, new.untyped_storage(), 0, [0], [])
-
-
-def _record_stream(self, stream):
-    return None
-
-
-def _efficientzerotensor(size, *, dtype=None, layout=None, device=None, pin_memory=None):
-    index = _check_index(device.index if device is not None else None)
-    return adopt(torch.zeros(size, dtype=dtype), index)
-
-
-def _conv_overrideable(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
-    _check_same(input, weight, bias)
-    res = torch.ops.aten.convolution.default(
-        cpu_alias(input), cpu_alias(weight), None if bias is None else cpu_alias(bias),
-        stride, padding, dilation, transposed, output_padding, groups,
-    )
-    return adopt(res, _index_of(input))
-
-
-def _conv_backward_overrideable(grad_output, input, weight, stride, padding, dilation, transposed,
-                                output_padding, groups, output_mask):
-    _check_same(grad_output, input, weight)
-    bias_sizes = [weight.size(1) * groups] if transposed else [weight.size(0)]
-    gi, gw, gb = torch.ops.aten.convolution_backward.default(
-        cpu_alias(grad_output), cpu_alias(input), cpu_alias(weight), bias_sizes,
-        stride, padding, dilation, transposed, output_padding, groups, output_mask,
-    )
-    index = _index_of(input)
-    return tuple(None if t is None else adopt(t, index) for t in (gi, gw, gb))
-
-
-def _check_same(*tensors) -> None:
-    index = -1
-    for t in tensors:
-        if t is None:
-            continue
-        d = t.get_device()
-        if d < 0:
-            raise _mixed_error(max(index, 0))
-        if index >= 0 and d != index:
-            raise _two_devices(index, d)
-        index = d
-
-
-def _redispatch_cpu(op):
-    def kernel(*args, **kwargs):
-        return op.redispatch(_CPU_KS, *args, **kwargs)
-
-    return kernel
-
-
-_SPECIAL = {
-    "empty.memory_format": _empty,
-    "empty_strided": _empty_strided,
-    "copy_": _copy_,
-    "_copy_from": _copy_from,
-    "_copy_from_and_resize": _copy_from_and_resize,
-    "_to_copy": _to_copy,
-    "resize_": _resize_,
-    "set_": _set_empty,
-    "set_.source_Storage": _redispatch_cpu(torch.ops.aten.set_.source_Storage),
-    "set_.source_Storage_storage_offset": _redispatch_cpu(_set_storage),
-    "set_.source_Tensor": _redispatch_cpu(torch.ops.aten.set_.source_Tensor),
-    "set_.source_Tensor_storage_offset": _redispatch_cpu(torch.ops.aten.set_.source_Tensor_storage_offset),
-    "record_stream": _record_stream,
-    "_efficientzerotensor": _efficientzerotensor,
-    "convolution_overrideable": _conv_overrideable,
-    "convolution_backward_overrideable": _conv_backward_overrideable,
-}
-_SPECIAL.update(fused_rnn.KERNELS)
-
-# ops registered directly on PrivateUse1 (beyond the fallback): the special ones above, plus every op with a
-# CompositeExplicitAutogradNonFunctional kernel (functional and in-place structured ops), which would
-# otherwise arrive as two Python calls.
-_DIRECT_SPECIAL = ("empty.memory_format", "empty_strided", "copy_", "_to_copy", "resize_",
-                   "convolution_overrideable", "convolution_backward_overrideable")
 
 
 def _counted(name: str, fn):
@@ -668,12 +346,13 @@ def register(lib: torch.library.Library) -> int:
     lib_fallback.fallback(_fallback, "PrivateUse1")
     _aten_lib[:] = [lib_aten]
     n = 0
-    for name in _DIRECT_SPECIAL:
-        lib_aten.impl(name, _counted(name, _SPECIAL[name]), "PrivateUse1")
+    for name, pol in table.direct_entries():
+        kernel = _counted(name, pol.kernel)
+        for key in ("PrivateUse1", *pol.keys):
+            lib_aten.impl(name, kernel, key)
         n += 1
-    attention.register(lib_aten)
     has = torch._C._dispatch_has_kernel_for_dispatch_key
-    flagged = _no_kernel()
+    flagged = table.no_npu_kernel()
     for qual in torch._C._dispatch_get_all_op_names():
         if not qual.startswith("aten::") or has(qual, "PrivateUse1"):
             continue
@@ -696,7 +375,7 @@ def register(lib: torch.library.Library) -> int:
         except AttributeError:
             continue
         inf = info(op)
-        if inf.kind == "view" or inf.name in _SPECIAL:
+        if inf.kind == "view" or inf.policy.kernel is not None:
             continue
         lib_aten.impl(inf.name, make_kernel(op), "PrivateUse1")
         n += 1

@@ -1,6 +1,6 @@
 """Emulated device memory: what is allocated on each ``npu`` device, the peak, and the capacity.
 
-Every fresh ``npu`` tensor is host memory adopted by :mod:`ascendify.emulator.tensors`; it is counted here
+Every fresh ``npu`` tensor is host memory adopted by :mod:`ascendify.emulator.device.tensors`; it is counted here
 and uncounted by a weak-reference callback when the storage dies. Going beyond the capacity raises
 ``torch.OutOfMemoryError`` with the numbers a real device would report.
 """

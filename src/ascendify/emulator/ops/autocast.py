@@ -43,142 +43,30 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import torch
 
-DEVICE = "npu"
+from ascendify.emulator.ops import table
+from ascendify.emulator.ops.autocast_lists import (  # noqa: F401 - re-exported: the lists' public home was here
+    CPU_FP32,
+    CPU_LOWER_PRECISION_FP,
+    CPU_PROMOTE,
+    DEVICE,
+    NPU_BANNED,
+    NPU_FP32,
+    NPU_FP32_APPEND_DTYPE,
+    NPU_FP32_SET_OPT_DTYPE,
+    NPU_LOWER_PRECISION_FP,
+    NPU_PROMOTE,
+    PROVENANCE,
+    Rule,
+    cpu_rules,
+    differences_from_cpu,
+    npu_rules,
+    policy_table,
+)
+
 DISPATCH_KEY = "AutocastPrivateUse1"
-
-PROVENANCE = {
-    "npu": (
-        "torch_npu (Ascend/pytorch) torch_npu/csrc/aten/AutoCastOps.cpp, "
-        "TORCH_LIBRARY_IMPL(aten, AutocastPrivateUse1) at commit cfb19ef5eca56613ced4a8b2d8a8c3576b570c22"
-    ),
-    "cpu": (
-        "PyTorch 2.13 aten/src/ATen/autocast_mode.cpp, TORCH_LIBRARY_IMPL(aten, AutocastCPU); "
-        "the op set is checked against the running dispatcher by tests/emulator/test_autocast.py"
-    ),
-}
-
-# --- torch_npu's lists (op names as "name" for the default overload or "name.overload") ---------------------
-
-NPU_LOWER_PRECISION_FP = (
-    "_convolution.deprecated", "_convolution", "conv1d", "conv2d", "conv3d", "conv_tbc", "conv_transpose1d",
-    "conv_transpose2d.input", "conv_transpose3d.input", "convolution", "cudnn_convolution",
-    "cudnn_convolution_transpose", "prelu", "addmm", "addmv", "addr", "matmul", "einsum", "mm", "mv", "linear",
-    "addbmm", "baddbmm", "bmm", "chain_matmul", "linalg_multi_dot", "_thnn_fused_lstm_cell",
-    "_thnn_fused_gru_cell", "lstm_cell", "gru_cell", "rnn_tanh_cell", "rnn_relu_cell",
-    "_scaled_dot_product_flash_attention", "scaled_dot_product_attention",
-)
-
-NPU_FP32 = (
-    "acos", "asin", "cosh", "erfinv", "exp", "expm1", "log", "log10", "log2", "log1p", "reciprocal", "rsqrt",
-    "sinh", "tan", "pow.Tensor_Scalar", "pow.Tensor_Tensor", "pow.Scalar", "softplus", "layer_norm",
-    "native_layer_norm", "group_norm", "frobenius_norm.dim", "nuclear_norm", "nuclear_norm.dim",
-    "cosine_similarity", "poisson_nll_loss", "cosine_embedding_loss", "nll_loss", "nll_loss2d",
-    "hinge_embedding_loss", "kl_div", "l1_loss", "smooth_l1_loss", "huber_loss", "mse_loss",
-    "margin_ranking_loss", "multilabel_margin_loss", "soft_margin_loss", "triplet_margin_loss",
-    "multi_margin_loss", "binary_cross_entropy_with_logits", "dist", "pdist", "cdist", "renorm", "logsumexp",
-)
-
-NPU_FP32_SET_OPT_DTYPE = (
-    "prod", "prod.dim_int", "prod.dim_Dimname", "softmax.int", "softmax.Dimname", "log_softmax.int",
-    "log_softmax.Dimname", "cumprod", "cumprod.dimname", "cumsum", "cumsum.dimname", "linalg_vector_norm",
-    "linalg_matrix_norm", "linalg_matrix_norm.str_ord", "sum", "sum.dim_IntList", "sum.dim_DimnameList",
-)
-
-# registered overload -> overload it is redispatched to, with dtype=float32 appended
-NPU_FP32_APPEND_DTYPE = {
-    "norm.Scalar": "norm.ScalarOpt_dtype",
-    "norm.ScalarOpt_dim": "norm.ScalarOpt_dim_dtype",
-    "norm.names_ScalarOpt_dim": "norm.names_ScalarOpt_dim_dtype",
-}
-
-NPU_PROMOTE = (
-    "addcdiv", "addcmul", "atan2", "bilinear", "cross", "dot", "grid_sampler", "index_put", "tensordot",
-    "scatter_add",
-)
-
-NPU_BANNED = ("binary_cross_entropy",)
-
-# --- PyTorch 2.13's CPU lists, to report differences ----------------------------------------------------------
-
-CPU_LOWER_PRECISION_FP = (
-    "conv1d", "conv1d.padding", "conv2d", "conv2d.padding", "conv3d", "conv3d.padding", "bmm", "mm",
-    "linalg_vecdot", "baddbmm", "addmm", "_addmm_activation", "addbmm", "linear", "_convolution.deprecated",
-    "matmul", "conv_tbc", "mkldnn_rnn_layer", "conv_transpose1d", "conv_transpose2d.input",
-    "conv_transpose3d.input", "prelu", "scaled_dot_product_attention", "_native_multi_head_attention",
-)
-
-CPU_FP32 = (
-    "avg_pool3d", "binary_cross_entropy", "grid_sampler", "polar", "prod", "prod.dim_int", "quantile",
-    "quantile.scalar", "nanquantile", "nanquantile.scalar", "stft", "stft.center", "cdist", "grid_sampler_2d",
-    "_grid_sampler_2d_cpu_fallback", "grid_sampler_3d", "trace", "view_as_complex", "cholesky",
-    "cholesky_inverse", "cholesky_solve", "inverse", "lu_solve", "orgqr", "ormqr", "pinverse", "max_pool3d",
-    "max_unpool2d", "max_unpool3d", "adaptive_avg_pool3d", "reflection_pad1d", "reflection_pad2d",
-    "replication_pad1d", "replication_pad2d", "replication_pad3d", "mse_loss", "cosine_embedding_loss",
-    "nll_loss", "nll_loss2d", "hinge_embedding_loss", "poisson_nll_loss", "smooth_l1_loss",
-    "cross_entropy_loss", "l1_loss", "huber_loss", "margin_ranking_loss", "soft_margin_loss",
-    "triplet_margin_loss", "multi_margin_loss", "ctc_loss.IntList", "ctc_loss.Tensor", "kl_div",
-    "multilabel_margin_loss", "binary_cross_entropy_with_logits", "fft_fft", "fft_ifft", "fft_fft2",
-    "fft_ifft2", "fft_fftn", "fft_ifftn", "fft_rfft", "fft_irfft", "fft_rfft2", "fft_irfft2", "fft_rfftn",
-    "fft_irfftn", "fft_hfft", "fft_ihfft", "linalg_cond", "linalg_cond.p_str", "linalg_matrix_rank",
-    "linalg_matrix_rank.tol_tensor", "linalg_matrix_rank.atol_rtol_tensor",
-    "linalg_matrix_rank.atol_rtol_float", "linalg_solve", "linalg_cholesky", "linalg_svdvals",
-    "linalg_eigvals", "linalg_eigvalsh", "linalg_inv", "linalg_householder_product", "linalg_tensorinv",
-    "linalg_tensorsolve", "fake_quantize_per_tensor_affine", "geqrf", "_lu_with_info", "qr", "svd",
-    "triangular_solve", "fractional_max_pool2d", "fractional_max_pool3d", "adaptive_max_pool3d",
-    "multilabel_margin_loss_forward", "linalg_qr", "linalg_cholesky_ex", "linalg_svd", "linalg_eig",
-    "linalg_eigh", "linalg_lstsq", "linalg_inv_ex",
-)
-
-CPU_PROMOTE = ("stack", "cat", "index_copy")
-
-
-@dataclass(frozen=True)
-class Rule:
-    """One registered op: ``op`` ("name" or "name.overload") and its cast ``policy``."""
-
-    op: str
-    policy: str
-
-
-def npu_rules() -> list[Rule]:
-    """torch_npu's autocast table as data, in registration order (absent overloads included)."""
-    rules = [Rule(op, "lower_precision_fp") for op in NPU_LOWER_PRECISION_FP]
-    rules += [Rule(op, "fp32") for op in NPU_FP32]
-    rules += [Rule(op, "fp32_set_opt_dtype") for op in NPU_FP32_SET_OPT_DTYPE]
-    rules += [Rule(op, "fp32_append_dtype") for op in NPU_FP32_APPEND_DTYPE]
-    rules += [Rule(op, "promote") for op in NPU_PROMOTE]
-    rules += [Rule(op, "banned") for op in NPU_BANNED]
-    return rules
-
-
-def cpu_rules() -> list[Rule]:
-    """PyTorch 2.13's CPU autocast table (for comparison only; the emulator never registers it)."""
-    rules = [Rule(op, "lower_precision_fp") for op in CPU_LOWER_PRECISION_FP]
-    rules += [Rule(op, "fp32") for op in CPU_FP32]
-    rules += [Rule(op, "promote") for op in CPU_PROMOTE]
-    return rules
-
-
-def policy_table(device: str = DEVICE) -> dict[str, str]:
-    """``{op: policy}`` for ``"npu"`` (torch_npu's lists) or ``"cpu"`` (PyTorch's)."""
-    rules = npu_rules() if device == DEVICE else cpu_rules() if device == "cpu" else None
-    if rules is None:
-        raise ValueError(f"no autocast table for device {device!r}: use 'npu' or 'cpu'")
-    return {r.op: r.policy for r in rules}
-
-
-def differences_from_cpu() -> dict[str, tuple[str | None, str | None]]:
-    """``{op: (npu_policy, cpu_policy)}`` for every op whose policy differs (``None``: not listed there).
-
-    Example: ``differences_from_cpu()["exp"] == ("fp32", None)``; ``["cat"] == (None, "promote")``.
-    """
-    npu, cpu = policy_table("npu"), policy_table("cpu")
-    return {op: (npu.get(op), cpu.get(op)) for op in sorted(set(npu) | set(cpu)) if npu.get(op) != cpu.get(op)}
-
 
 def op_exists(op: str) -> bool:
     """True when ``aten::op`` (``name`` or ``name.overload``) exists in the running torch."""
@@ -363,23 +251,25 @@ def install() -> dict[str, str]:
     fallback_lib.fallback(torch.library.fallthrough_kernel, DISPATCH_KEY)
     lib = torch.library.Library("aten", "IMPL")
     registered = {}
-    for rule in npu_rules():
-        op = _resolve(rule.op)
+    for name, pol in table.autocast_entries():
+        op = _resolve(name)
         if op is None:
             continue
         target = None
-        if rule.policy == "fp32_append_dtype":
-            target = _resolve(NPU_FP32_APPEND_DTYPE[rule.op])
+        if pol.autocast == "fp32_append_dtype":
+            target = _resolve(pol.autocast_target)
             if target is None:
                 continue
-        lib.impl(rule.op, _make_kernel(op, rule.policy, target), DISPATCH_KEY)
-        registered[rule.op] = rule.policy
+        lib.impl(name, _make_kernel(op, pol.autocast, target), DISPATCH_KEY)
+        registered[name] = pol.autocast
     _libraries.extend([fallback_lib, lib])
     _registered.update(registered)
     if _original_clear_autocast_cache is None:
         # torch.autocast.__exit__ calls torch.clear_autocast_cache() when the outermost region exits
+        from ascendify.emulator import runtime
+
         _original_clear_autocast_cache = torch.clear_autocast_cache
-        torch.clear_autocast_cache = _clear_autocast_cache_and_ours
+        runtime.patches.set(torch, "clear_autocast_cache", _clear_autocast_cache_and_ours)
     return dict(registered)
 
 
@@ -393,7 +283,7 @@ def registered_ops() -> dict[str, str]:
 
 
 def _main(argv=None) -> int:
-    """``python -m ascendify.emulator.autocast [--json]``: the NPU table and how it differs from the CPU's."""
+    """``python -m ascendify.emulator.ops.autocast [--json]``: the NPU table and how it differs from the CPU's."""
     import argparse
     import json
 

@@ -17,7 +17,7 @@ import ctypes
 import torch
 
 from ascendify.emulator import runtime
-from ascendify.emulator.layouts import refuse_layout as _refuse_layout
+from ascendify.emulator.device.layouts import refuse_layout as _refuse_layout
 
 _KDL_CPU = 1
 _KDL_EXT_DEV = 12

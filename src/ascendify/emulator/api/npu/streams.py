@@ -3,6 +3,11 @@
 The emulated device runs every op synchronously, so a stream is a label (``query()`` is always True,
 ``synchronize()`` returns at once) and an event records the host time when it is recorded: ``elapsed_time``
 gives real milliseconds between two recorded events, as on hardware with ``enable_timing=True``.
+
+Both are subclasses of PyTorch's generic ``torch.Stream`` / ``torch.Event`` (as torch_npu's are of its own
+stream and event bases), so ``torch.accelerator.set_stream(torch.npu.Stream())`` and
+``isinstance(torch.npu.current_stream(), torch.Stream)`` work; :mod:`ascendify.emulator.api.accelerator`
+makes ``torch.Stream`` / ``torch.Event`` and ``torch.accelerator`` use these same classes.
 """
 
 from __future__ import annotations
@@ -17,6 +22,9 @@ from ascendify.emulator import runtime
 _ids = itertools.count(1)
 _current: dict[int, Stream] = {}
 _default: dict[int, Stream] = {}
+_PRIVATEUSE1 = int(torch._C._autograd.DeviceType.PrivateUse1)
+_TorchStream = torch.Stream
+_TorchEvent = torch.Event
 
 
 def _index(device) -> int:
@@ -30,13 +38,16 @@ def _index(device) -> int:
     return runtime.check_index(d.index)
 
 
-class Stream:
+class Stream(_TorchStream):
     """An emulated NPU stream (work on it is already complete when it is issued)."""
 
+    def __new__(cls, device=None, priority: int = 0, **kwargs):
+        if "stream_id" in kwargs:  # PyTorch's own (stream_id, device_index, device_type) form
+            return super().__new__(cls, **kwargs)
+        return super().__new__(cls, stream_id=next(_ids), device_index=_index(device), device_type=_PRIVATEUSE1)
+
     def __init__(self, device=None, priority: int = 0, **kwargs):
-        self.device = torch.device("npu", _index(device))
         self.priority = priority
-        self.stream_id = next(_ids)
 
     @property
     def npu_stream(self) -> int:
@@ -48,10 +59,10 @@ class Stream:
     def synchronize(self) -> None:
         return None
 
-    def wait_event(self, event: Event) -> None:
+    def wait_event(self, event) -> None:
         return None
 
-    def wait_stream(self, stream: Stream) -> None:
+    def wait_stream(self, stream) -> None:
         return None
 
     def record_event(self, event: Event | None = None) -> Event:
@@ -60,10 +71,11 @@ class Stream:
         return event
 
     def __eq__(self, other) -> bool:
-        return isinstance(other, Stream) and other.stream_id == self.stream_id
+        return (isinstance(other, _TorchStream) and other.stream_id == self.stream_id
+                and other.device_index == self.device_index and other.device_type == self.device_type)
 
     def __hash__(self) -> int:
-        return hash(("npu-stream", self.stream_id))
+        return hash(("npu-stream", self.device_index, self.stream_id))
 
     def __enter__(self):
         self._ctx = StreamContext(self)
@@ -76,18 +88,22 @@ class Stream:
         return f"<torch.npu.Stream device={self.device} npu_stream={self.stream_id:#x}>"
 
 
-class Event:
+class Event(_TorchEvent):
     """An emulated NPU event; with ``enable_timing=True`` :meth:`elapsed_time` measures host time."""
 
-    def __init__(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False):
+    def __new__(cls, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False, **kwargs):
+        return super().__new__(cls, torch.device("npu", runtime.current_device[0]), enable_timing=enable_timing,
+                               blocking=blocking, interprocess=interprocess)
+
+    def __init__(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False, **kwargs):
         self.enable_timing = enable_timing
         self.blocking = blocking
         self._time: float | None = None
 
-    def record(self, stream: Stream | None = None) -> None:
+    def record(self, stream=None) -> None:
         self._time = time.perf_counter()
 
-    def wait(self, stream: Stream | None = None) -> None:
+    def wait(self, stream=None) -> None:
         return None
 
     def query(self) -> bool:
@@ -96,12 +112,13 @@ class Event:
     def synchronize(self) -> None:
         return None
 
-    def elapsed_time(self, end_event: Event) -> float:
-        if not (self.enable_timing and end_event.enable_timing):
+    def elapsed_time(self, end_event) -> float:
+        end_time = getattr(end_event, "_time", None)
+        if not (self.enable_timing and getattr(end_event, "enable_timing", False)):
             raise RuntimeError("Both events must be created with argument 'enable_timing=True'.")
-        if self._time is None or end_event._time is None:
+        if self._time is None or end_time is None:
             raise RuntimeError("Both events must be recorded before calculating elapsed time.")
-        return (end_event._time - self._time) * 1000.0
+        return (end_time - self._time) * 1000.0
 
     def __repr__(self) -> str:
         return f"<torch.npu.Event recorded={self._time is not None}>"
@@ -120,9 +137,24 @@ def current_stream(device=None) -> Stream:
     return _current.get(i) or default_stream(i)
 
 
-def set_stream(stream: Stream) -> None:
+def as_npu_stream(stream) -> Stream:
+    """``stream`` as an emulated :class:`Stream` (a generic ``torch.Stream`` on ``npu`` made by PyTorch itself
+    is matched to the emulated stream with the same id, else taken as the device's default stream)."""
+    if isinstance(stream, Stream):
+        return stream
+    if isinstance(stream, _TorchStream) and stream.device.type == "npu":
+        i = runtime.check_index(stream.device_index)
+        for s in (_current.get(i), _default.get(i)):
+            if s is not None and s.stream_id == stream.stream_id:
+                return s
+        return default_stream(i)
+    raise TypeError(f"expected an npu stream, got {stream!r}")
+
+
+def set_stream(stream) -> None:
     if stream is None:
         return
+    stream = as_npu_stream(stream)
     _current[stream.device.index] = stream
 
 

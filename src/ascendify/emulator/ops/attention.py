@@ -3,7 +3,7 @@
 PyTorch picks the SDPA implementation per device type: for PrivateUse1 it always takes the unfused "math"
 path, while the CPU uses its flash-attention kernel when it can. Same inputs would then give (slightly)
 different numbers on ``npu`` and ``cpu``. These kernels, registered for ``AutogradPrivateUse1`` and
-``PrivateUse1``, ask the CPU's chooser (``_fused_sdp_choice`` on CPU aliases that require grad where the npu
+``PrivateUse1`` (the op table's entry), ask the CPU's chooser (``_fused_sdp_choice`` on CPU aliases that require grad where the npu
 tensors do, as the CPU's own call sees them) and follow it, so the emulator stays bit-identical to the CPU.
 (A real NPU runs its own fused attention; its numerics are not modelled.)
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from ascendify.emulator.tensors import cpu_alias
+from ascendify.emulator.device.tensors import cpu_alias
 
 _FLASH = 1  # sdp::SDPBackend::flash_attention
 
@@ -47,8 +47,3 @@ def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scal
     return aten._scaled_dot_product_attention_math.default(
         query, key, value, mask, dropout_p, is_causal, None, scale=scale, enable_gqa=enable_gqa
     )[0]
-
-
-def register(lib) -> None:
-    lib.impl("scaled_dot_product_attention", sdpa, "AutogradPrivateUse1")
-    lib.impl("scaled_dot_product_attention", sdpa, "PrivateUse1")

@@ -15,6 +15,7 @@ Any other torch_npu name (custom ``npu_*`` ops, the profiler, CANN queries) rais
 
 from __future__ import annotations
 
+import importlib
 import importlib.abc
 import importlib.machinery
 import sys
@@ -89,15 +90,18 @@ def _is_hccl_available() -> bool:
 
 def _transfer_to_npu() -> dict:
     """What ``from torch_npu.contrib import transfer_to_npu`` does under emulation: redirect CUDA to npu."""
-    try:
-        import ascendify.auto as auto
+    try:  # by name, at call time: ascendify.auto imports the emulator, so no import edge back to it
+        auto = importlib.import_module("ascendify.auto")
     except ImportError:
         auto = None
     if auto is not None and hasattr(auto, "enable"):
         auto.enable(target="npu")
         how = "ascendify.auto.enable(target='npu')"
     else:
-        torch.cuda.is_available = lambda: False  # the documented minimum: CUDA probes answer False
+        from ascendify.emulator import runtime
+
+        # the documented minimum: CUDA probes answer False
+        runtime.patches.set(torch.cuda, "is_available", lambda: False)
         how = "minimal: torch.cuda.is_available() -> False"
     return {"is_available": torch.npu.is_available, "__ascendify_redirection__": how}
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from ascendify.emulator.tensors import adopt, cpu_alias
+from ascendify.emulator.device.tensors import adopt, cpu_alias
 
 
 def _idx(t) -> int:

@@ -44,7 +44,7 @@ def explain(err: RuntimeError, outputs) -> EmulatorError | None:
     beyond = [i for i in _devices(outputs) if i > 0]
     if beyond:
         return EmulatorError(MULTI_DEVICE.format(index=beyond[0]))
-    from ascendify.emulator.selftest import LATE_ENABLE
+    from ascendify.emulator.reporting.selftest import LATE_ENABLE
 
     return EmulatorError(f"autograd cannot run on the emulated npu device in this process: {LATE_ENABLE}")
 
@@ -69,7 +69,9 @@ def install() -> None:
     current = torch.autograd.graph._engine_run_backward
     if getattr(current, "__ascendify_original__", None) is not None:
         return
+    from ascendify.emulator import runtime
+
     wrapped = _wrap(current)
-    torch.autograd.graph._engine_run_backward = wrapped
+    runtime.patches.set(torch.autograd.graph, "_engine_run_backward", wrapped)
     if getattr(torch.autograd, "_engine_run_backward", None) is current:
-        torch.autograd._engine_run_backward = wrapped
+        runtime.patches.set(torch.autograd, "_engine_run_backward", wrapped)

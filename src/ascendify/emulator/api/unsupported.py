@@ -15,7 +15,8 @@ import importlib
 import torch
 
 from ascendify import knowledge
-from ascendify.emulator import fidelity
+from ascendify.emulator import runtime
+from ascendify.emulator.ops import fidelity
 
 WATCHED = ("torch.nn.functional.", "torch.fft.", "torch.linalg.", "torch.nn.utils.")
 _installed: list[str] = []
@@ -87,9 +88,9 @@ def install() -> list[str]:
             continue
         if isinstance(obj, type):
             if issubclass(obj, torch.nn.Module) and "forward" in obj.__dict__:
-                obj.forward = _wrap_forward(api, obj.__dict__["forward"])
+                runtime.patches.set(obj, "forward", _wrap_forward(api, obj.__dict__["forward"]))
                 _installed.append(api)
         elif callable(obj) and not isinstance(obj, type(torch)):
-            setattr(owner, attr, _wrap_function(api, obj))
+            runtime.patches.set(owner, attr, _wrap_function(api, obj))
             _installed.append(api)
     return _installed

@@ -17,56 +17,56 @@ from __future__ import annotations
 
 import torch
 
-_orig: dict = {}
+from ascendify.emulator import runtime
+from ascendify.patching import light_wraps
+
+_patches = runtime.patches
+_installed: list[bool] = []
 
 
 def install() -> None:
-    if _orig:
+    """Install every patch of this module (once), through the emulator's :class:`~ascendify.patching.Patches`."""
+    if _installed:
         return
-    _orig["pin_memory"] = torch.Tensor.pin_memory
-    _orig["is_pinned"] = torch.Tensor.is_pinned
+    _installed.append(True)
+    orig_pin, orig_is_pinned = torch.Tensor.pin_memory, torch.Tensor.is_pinned
 
     def pin_memory(self, device=None):
         if self.device.type == "cpu":
             return self
-        return _orig["pin_memory"](self, device) if device is not None else _orig["pin_memory"](self)
+        return orig_pin(self, device) if device is not None else orig_pin(self)
 
     def is_pinned(self, device=None):
         if self.device.type == "cpu":
             return False
-        return _orig["is_pinned"](self, device) if device is not None else _orig["is_pinned"](self)
+        return orig_is_pinned(self, device) if device is not None else orig_is_pinned(self)
 
     import torch._tensor_str as tensor_str
 
-    from ascendify.emulator import runtime
-
-    _orig["_str"] = tensor_str._str
+    orig_str = tensor_str._str
 
     def _str(self, *, tensor_contents=None):
         runtime.quiet[0] += 1
         try:
-            return _orig["_str"](self, tensor_contents=tensor_contents)
+            return orig_str(self, tensor_contents=tensor_contents)
         finally:
             runtime.quiet[0] -= 1
 
-    tensor_str._str = _str
+    _patches.set(tensor_str, "_str", _str)
     _patch_storage_new()
     _patch_record_stream()
     _patch_module_apply()
-    from ascendify.emulator import rng
+    from ascendify.emulator.device import rng
 
     rng.install_generator()
-    pin_memory.__doc__ = _orig["pin_memory"].__doc__
-    is_pinned.__doc__ = _orig["is_pinned"].__doc__
-    torch.Tensor.pin_memory = pin_memory
-    torch.Tensor.is_pinned = is_pinned
+    _patches.set(torch.Tensor, "pin_memory", light_wraps(pin_memory, orig_pin))
+    _patches.set(torch.Tensor, "is_pinned", light_wraps(is_pinned, orig_is_pinned))
 
 
 def _patch_storage_new() -> None:
     """``torch.UntypedStorage(n, device="npu")`` would ask C++ for a PrivateUse1 allocator (there is none and
     the process would crash): allocate through an ``npu`` tensor instead."""
     orig_new = torch.UntypedStorage.__new__
-    _orig["UntypedStorage.__new__"] = orig_new
 
     def __new__(cls, *args, device=None, **kwargs):
         if device is not None and torch.device(device).type == "npu" and not kwargs:
@@ -80,23 +80,21 @@ def _patch_storage_new() -> None:
             return orig_new(cls, *args, **kwargs)
         return orig_new(cls, *args, device=device, **kwargs)
 
-    torch.UntypedStorage.__new__ = __new__
+    _patches.set(torch.UntypedStorage, "__new__", __new__)
 
 
 def _patch_record_stream() -> None:
     """``t.record_stream(s)`` with an emulated ``torch.npu.Stream``: nothing to record (all work is done)."""
-    from ascendify.emulator.npu.streams import Stream
+    from ascendify.emulator.api.npu.streams import Stream
 
     orig = torch.Tensor.record_stream
-    _orig["record_stream"] = orig
 
     def record_stream(self, stream):
         if isinstance(stream, Stream):
             return None
         return orig(self, stream)
 
-    record_stream.__doc__ = orig.__doc__
-    torch.Tensor.record_stream = record_stream
+    _patches.set(torch.Tensor, "record_stream", light_wraps(record_stream, orig))
 
 
 def _crosses_npu(fn, params) -> bool:
@@ -143,10 +141,7 @@ def _patch_module_apply() -> None:
     import torch
     from torch import nn
 
-    from ascendify.emulator import runtime
-
     orig_apply = nn.Module._apply
-    _orig["Module._apply"] = orig_apply
     future = torch.__future__
     replaced: dict = {}  # during one top-level call: id(old Parameter) -> (old, new) where a swap failed
     depth = [0]
@@ -201,5 +196,4 @@ def _patch_module_apply() -> None:
                     p.__dict__.setdefault(name, value)
         return self
 
-    _apply.__doc__ = orig_apply.__doc__
-    nn.Module._apply = _apply
+    _patches.set(nn.Module, "_apply", light_wraps(_apply, orig_apply))

@@ -127,5 +127,7 @@ class Generator(_TorchGenerator, metaclass=_GeneratorMeta):
 def install_generator() -> None:
     """Make ``torch.Generator("npu")`` work (idempotent)."""
     if torch.Generator is _TorchGenerator:
+        from ascendify.emulator import runtime
+
         Generator.__doc__ = _TorchGenerator.__doc__
-        torch.Generator = Generator
+        runtime.patches.set(torch, "Generator", Generator)

@@ -17,11 +17,12 @@ import types
 import torch
 
 from ascendify import knowledge
-from ascendify.emulator import default_index as _default_index
-from ascendify.emulator import rng, runtime
+from ascendify.emulator import runtime
+from ascendify.emulator.api.npu import amp
+from ascendify.emulator.api.npu import streams as _streams
+from ascendify.emulator.device import default_index as _default_index
+from ascendify.emulator.device import rng
 from ascendify.emulator.errors import NotEmulatedError as _NotEmulatedError
-from ascendify.emulator.npu import amp
-from ascendify.emulator.npu import streams as _streams
 
 Event = _streams.Event
 Stream = _streams.Stream

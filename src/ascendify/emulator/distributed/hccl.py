@@ -43,7 +43,7 @@ def is_hccl_available() -> bool:
 
 
 def _cpu_alias(t: torch.Tensor) -> torch.Tensor:
-    from ascendify.emulator.tensors import cpu_alias
+    from ascendify.emulator.device.tensors import cpu_alias
 
     return cpu_alias(t)
 
@@ -314,7 +314,9 @@ def install() -> None:
         raise RuntimeError("torch.distributed is not available in this torch build: no hccl emulation")
     if BACKEND.upper() not in dist.Backend._plugins:
         dist.Backend.register_backend(BACKEND, _create, extended_api=True, devices=[DEVICE])
-    dist.is_hccl_available = is_hccl_available
+    from ascendify.emulator import runtime
+
+    runtime.patches.set(dist, "is_hccl_available", is_hccl_available)
     _installed = True
 
 

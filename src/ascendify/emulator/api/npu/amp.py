@@ -1,7 +1,7 @@
 """``torch.npu.amp``: ``autocast``, ``GradScaler``, ``custom_fwd``/``custom_bwd`` for the ``npu`` device.
 
 They are PyTorch's device-generic AMP pieces bound to ``npu``; which ops autocast casts is decided by the
-kernels on ``AutocastPrivateUse1`` (torch_npu's op lists, installed by ``ascendify.emulator.autocast``).
+kernels on ``AutocastPrivateUse1`` (torch_npu's op lists, installed by ``ascendify.emulator.ops.autocast``).
 """
 
 from __future__ import annotations

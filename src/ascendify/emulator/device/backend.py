@@ -78,13 +78,18 @@ def _hooks_and_guard():
 
 def install() -> int:
     """Register the backend; returns the number of directly registered kernels."""
-    from ascendify.emulator import apis, autograd_engine, kernels, layouts, patches
-    from ascendify.emulator import npu as npu_module
+    from ascendify.emulator.api import accelerator, unsupported
+    from ascendify.emulator.api import npu as npu_module
+    from ascendify.emulator.device import autograd_engine, layouts, patches
+    from ascendify.emulator.ops import kernels
 
     torch.utils.rename_privateuse1_backend("npu")
     torch._register_device_module("npu", npu_module)
+    from ascendify.emulator import runtime
+
     for name, sub in npu_module._SUBMODULE_OBJECTS.items():
         sys.modules[f"torch.npu.{name}"] = sub
+        runtime.patches.on_restore(lambda key=f"torch.npu.{name}": sys.modules.pop(key, None))
     torch.utils.generate_methods_for_privateuse1_backend(for_tensor=True, for_module=True, for_storage=True)
     hooks, guard = _hooks_and_guard()
     _libs.extend((hooks, guard))
@@ -97,8 +102,9 @@ def install() -> int:
     layouts.register(_libs)
     autograd_engine.install()
     patches.install()
-    apis.install()
-    from ascendify.emulator import hostmem
+    unsupported.install()
+    accelerator.install()
+    from ascendify.emulator.device import hostmem
 
     hostmem.tune()
     return n

@@ -1,8 +1,9 @@
 """Specialised kernels for the two commonest op shapes: one Python frame per op, everything precomputed.
 
-:func:`ascendify.emulator.kernels.make_kernel` asks :func:`kernel_for` first. It answers for ops whose tensor
+:func:`ascendify.emulator.ops.kernels.make_kernel` asks :func:`kernel_for` first. It answers for ops whose tensor
 arguments are plain positional ``Tensor``/``Tensor?`` (their positions known from the schema), that take no
-device or generator, have an NPU kernel on hardware (no fidelity report), and either
+device or generator, and that the op table lets take the fast path (``fast_path``: not an op with no NPU
+kernel, which must be reported, nor one that accepts CPU arguments), and either
 
 - return one fresh tensor (``add.Tensor``, ``relu``, ``mm``, ``sum``...): :func:`functional`, or
 - write their first argument and return it (``mul_.Scalar``, ``add_.Tensor``...): :func:`inplace`.
@@ -16,13 +17,18 @@ Python overhead: no per-call schema facts, no extra frames for the aliasing, no 
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor
 
-from ascendify.emulator import fidelity, kernels, runtime, tensors
+from ascendify.emulator import runtime
+from ascendify.emulator.device import tensors
+from ascendify.emulator.ops import fidelity
+from ascendify.emulator.ops.mismatch import mixed_error, two_devices
+from ascendify.emulator.ops.opinfo import scalar_overload
 
 _settings = runtime.settings
 _current = runtime.current_device
-_F64 = kernels._F64
+_F64 = (torch.float64, torch.complex128)
 _KDL_CPU = tensors._KDL_CPU
 _to_dlpack = tensors._to_dlpack
 _from_dlpack = tensors._from_dlpack
@@ -34,23 +40,25 @@ _adopt_fresh = tensors.adopt_fresh
 _cpu_alias = tensors.cpu_alias
 
 
-def kernel_for(inf):
-    """A specialised kernel for ``inf`` (a :class:`kernels.OpInfo`), or None for the generic one."""
+def kernel_for(inf, generic):
+    """A specialised kernel for ``inf`` (an :class:`~ascendify.emulator.ops.opinfo.OpInfo`), or None for the
+    generic one. ``generic(inf, args, kwargs)`` is what the kernel falls back to while the fp16 overflow check
+    is on."""
     if not tensors.CAPSULE_DIRECT:
         return None
-    if not inf.fast or inf.flagged or inf.allow_cpu or inf.tensor_kw or not inf.tensor_pos:
+    if not inf.fast or not inf.policy.fast_path or inf.tensor_kw or not inf.tensor_pos:
         return None
     if inf.kind == "functional" and inf.single_tensor:
-        return functional(inf)
+        return functional(inf, generic)
     if inf.kind == "write" and inf.write_src == [0] and not inf.out_names and len(inf.op._schema.returns) == 1:
-        return inplace(inf)
+        return inplace(inf, generic)
     return None
 
 
 def _aliases(inf):
     """The argument conversion shared by both kernels: (CPU arguments, device index)."""
     pos = inf.tensor_pos
-    two_devices, mixed = kernels._two_devices, kernels._mixed_error
+    mixed = mixed_error
 
     def convert(args):
         cargs = list(args)
@@ -86,10 +94,10 @@ def _aliases(inf):
     return convert
 
 
-def functional(inf):
+def functional(inf, generic):
     """Kernel for an op returning one fresh tensor: alias the inputs, run the CPU op, adopt the result."""
     convert = _aliases(inf)
-    call, name, generic, scalar = inf.call, inf.name, kernels._run_fast, kernels.scalar_overload
+    call, name, scalar = inf.call, inf.name, scalar_overload
 
     def kernel(*args, **kwargs):
         if _settings.fp16_overflow != "off":
@@ -110,10 +118,10 @@ def functional(inf):
     return kernel
 
 
-def inplace(inf):
+def inplace(inf, generic):
     """Kernel for an op that writes its first argument and returns it (``mul_``, ``add_``...)."""
     convert = _aliases(inf)
-    call, name, generic, scalar = inf.call, inf.name, kernels._run_fast, kernels.scalar_overload
+    call, name, scalar = inf.call, inf.name, scalar_overload
 
     def kernel(*args, **kwargs):
         if _settings.fp16_overflow != "off":

@@ -22,7 +22,7 @@ from __future__ import annotations
 import torch
 
 from ascendify.emulator.errors import LayoutNotEmulatedError
-from ascendify.emulator.record import op_name
+from ascendify.emulator.reporting.record import op_name
 
 _SPARSE_KEYS = ("SparsePrivateUse1", "SparseCsrPrivateUse1")
 

@@ -51,4 +51,4 @@ def note_current(index: int) -> None:
     """Called when device ``index`` becomes current: install the ``Tensor.to`` wrapper if it is not device 0."""
     if index > 0 and not _installed:
         _installed.append(torch.Tensor.to)
-        torch.Tensor.to = _wrap(torch.Tensor.to)
+        runtime.patches.set(torch.Tensor, "to", _wrap(torch.Tensor.to))
