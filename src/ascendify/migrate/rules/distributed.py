@@ -156,7 +156,9 @@ def nccl_api(ctx, node: ast.AST) -> None:
     doc="""
     ## What it does
     Reports `torch.nn.DataParallel(model, ...)`; with `--unsafe` rewrites it to
-    `torch.nn.parallel.DistributedDataParallel(model)` (device arguments dropped).
+    `(torch.nn.parallel.DistributedDataParallel(model) if torch.distributed.is_initialized() else model)`
+    (device arguments dropped): DDP where a process group exists (a `torchrun` launch that initialised one),
+    else the model itself on its one device, so the output runs either way.
 
     ## Why
     torch_npu does not implement single-process multi-device DataParallel. DistributedDataParallel (one process
@@ -176,7 +178,8 @@ def nccl_api(ctx, node: ast.AST) -> None:
         Example("import torch.nn as nn\nm = nn.DataParallel(m)\n", None),
         Example(
             "import torch.nn as nn\nm = nn.DataParallel(m, device_ids=[0, 1])\n",
-            "import torch.nn as nn\nimport torch_npu\nm = nn.parallel.DistributedDataParallel(m)\n",
+            "import torch.nn as nn\nimport torch\nimport torch_npu\nm = (nn.parallel.DistributedDataParallel(m)\n"
+            "     if torch.distributed.is_initialized() else m)\n",
             unsafe=True,
         ),
     ],
@@ -192,7 +195,9 @@ def data_parallel(ctx, call: ast.Call) -> None:
         return
     a, b = ctx.span(call)
     ma, mb = ctx.span(call.args[0])
-    new = f"{ctx.ref('torch.nn.parallel.DistributedDataParallel')}({ctx.hole_span(ma, mb)})"
+    arg = ctx.hole_span(ma, mb)
+    ddp = ctx.ref("torch.nn.parallel.DistributedDataParallel")
+    new = f"({ddp}({arg}) if {ctx.ref('torch.distributed.is_initialized')}() else {arg})"
     ctx.change(call, [Edit(a, b, new)], api=q, message="DataParallel is not supported on Ascend: use DDP")
 
 
