@@ -205,6 +205,19 @@ def _wrapped_defect() -> nn.Module:
     return m
 
 
+class ShrunkMLP(MLP):
+    """An MLP whose output is 0.5% too small: inside bf16's element-wise rounding, outside its effect on a norm."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return super().forward(x) * 0.995
+
+
+def _mlp_scale() -> nn.Module:
+    m = Reference()
+    m.blocks[0].mlp = ShrunkMLP()
+    return m
+
+
 # name -> (factory, planted module path in the twin, or None)
 TWINS: dict[str, tuple] = {
     "clean": (_clean, None),
@@ -215,6 +228,7 @@ TWINS: dict[str, tuple] = {
     "head_permutation": (_permuted, "blocks.1.attn"),
     "renamed_wrapped": (_renamed_wrapped, None),
     "wrapped_defect": (_wrapped_defect, "blocks.1.mlp.inner.down"),
+    "mlp_scale_0.995": (_mlp_scale, "blocks.0.mlp"),
 }
 
 

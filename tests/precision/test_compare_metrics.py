@@ -131,3 +131,13 @@ def test_matching_never_pairs_different_output_shapes():
     g = [K("x", shape_out=((2, 3),))]
     t = [K("x", shape_out=((3, 2),))]
     assert match_calls(g, t).pairs == []
+
+
+def test_scale_signature_separates_scale_from_noise():
+    g = TensorStats("torch.bfloat16", (1024,), norm=10.0, fingerprint=(1.0, -2.0, 0.5, 3.0))
+    scaled = TensorStats("torch.bfloat16", (1024,), norm=10.1, fingerprint=(1.01, -2.02, 0.505, 3.03))
+    delta, resid = metrics.scale_signature(scaled, g)
+    assert delta == pytest.approx(0.01) and resid == pytest.approx(0.0, abs=1e-12)
+    noisy = TensorStats("torch.bfloat16", (1024,), norm=10.1, fingerprint=(1.3, -1.5, 0.9, 2.5))
+    assert metrics.scale_signature(noisy, g)[1] > 0.1
+    assert metrics.scale_signature(TensorStats("torch.float32", (2,), norm=1.0), g) is None

@@ -138,6 +138,8 @@ def _judge(node: NodeResult, g: Node, t: Node, gd: Dump, td: Dump, tolerance: fl
             node.note = f"inherited: inputs already differ by {in_err:.1e}"
     elif out_err is not None:
         node.local = dict(node.total)
+        if inputs_agree:
+            _scale_check(node, g, t, cdt, lim, tolerance)
     # metadata
     for a, b in zip(t.outputs, g.outputs, strict=True):
         if (a.nan_count > 0) != (b.nan_count > 0) or (a.inf_count > 0) != (b.inf_count > 0):
@@ -172,6 +174,37 @@ def _judge(node: NodeResult, g: Node, t: Node, gd: Dump, td: Dump, tolerance: fl
     if diffs:
         node.reasons.append("arguments differ: " + ", ".join(diffs))
     node.flagged = bool(node.reasons)
+
+
+# a norm moved by more than NORM_NOISE * eps / sqrt(numel) is not rounding noise (measured: <= 4 on the suite)
+NORM_NOISE = 16.0
+
+
+def _scale_check(node: NodeResult, g: Node, t: Node, cdt: str, lim, tolerance: float) -> None:
+    """Flag a scale error hidden inside the element-wise tolerance: the output's norm moved by more than rounding
+    noise can move a norm (``NORM_NOISE * eps / sqrt(numel)``), by more than 4x what the inputs' norms moved,
+    and the fingerprint does not contradict a scale (what is left after scaling it stays within half the
+    element-wise limit or half the scale; ``metrics.scale_signature``)."""
+    in_norm = 0.0
+    for a, b in zip(t.tensor_inputs, g.tensor_inputs, strict=False):
+        if a.is_float and b.is_float and a.norm is not None and b.norm and tuple(a.shape) == tuple(b.shape):
+            in_norm = max(in_norm, abs(a.norm / b.norm - 1.0))
+    floor = thresholds.limit("torch.float32", scale=tolerance).rel_l2
+    for a, b in zip(t.outputs, g.outputs, strict=True):
+        if not (a.is_float and b.is_float) or tuple(a.shape) != tuple(b.shape):
+            continue
+        sig = metrics.scale_signature(a, b)
+        if sig is None:
+            continue
+        delta, resid = sig
+        noise = NORM_NOISE * lim.eps / max(a.numel, 1) ** 0.5 * tolerance
+        # the fingerprint must not contradict a scale: what is left after scaling stays within rounding noise
+        if abs(delta) > max(noise, 4.0 * in_norm, floor) and resid <= max(abs(delta), lim.rel_l2) / 2:
+            node.reasons.append(
+                f"output scaled by {1 + delta:.4f} (norm {delta:+.2e}; {cdt} rounding moves it by at most "
+                f"{noise:.1e}; inputs by {in_norm:.1e})"
+            )
+            return
 
 
 def _load(d: Dump | str | Path, step: int | None, rank: int | None) -> Dump:

@@ -264,3 +264,24 @@ def stat_rel_errors(actual, expected) -> dict[str, Any]:
     every = [out[k] for k in ("max", "min", "mean", "norm", "fingerprint") if out.get(k) is not None]
     out["worst_all"] = max(every) if every else None
     return out
+
+
+def scale_signature(actual, expected) -> tuple[float, float] | None:
+    """``(delta, residual)`` when ``actual`` looks like ``(1 + delta) * expected``: ``delta`` from the L2 norms,
+    ``residual = |fa - (1 + delta) fb| / |fb|`` over the fingerprints (small when the fingerprint scaled as a
+    whole: a scale error; about the per-element error when the difference is rounding noise). None when either
+    tensor lacks a norm or a fingerprint. Rounding noise averages out of a norm (relative error ~ eps/sqrt(n)),
+    so a 1% scale stands out of bf16 noise even though every element's error is inside bf16 rounding."""
+    if not actual.fingerprint or not expected.fingerprint or len(actual.fingerprint) != len(expected.fingerprint):
+        return None
+    if actual.norm is None or expected.norm is None or not expected.norm or not math.isfinite(actual.norm):
+        return None
+    if not all(math.isfinite(x) for x in (*actual.fingerprint, *expected.fingerprint)):
+        return None
+    delta = actual.norm / expected.norm - 1.0
+    nb = math.sqrt(sum(y * y for y in expected.fingerprint))
+    if nb == 0.0:
+        return None
+    res = math.sqrt(sum((x - (1.0 + delta) * y) ** 2 for x, y in zip(actual.fingerprint, expected.fingerprint,
+                                                                       strict=True)))
+    return delta, res / nb
