@@ -109,15 +109,17 @@ def test_autocast_policies_read_from_the_compiled_kernels():
     assert ac["banned"] == ["binary_cross_entropy"]
 
 
-def test_emulator_autocast_tables_agree_with_the_wheel():
+def test_emulator_registers_autocast_kernels_for_exactly_the_wheel_s_ops(fresh_report):
     from ascendify.emulator.ops import autocast
 
     ac = knowledge.npu_autocast_lists()
-    rules = {r.op: r.policy for r in autocast.npu_rules()
-             if r.op in _ALL_OPS or r.op + ".default" in _ALL_OPS}
-    wheel = {op: p for p in ("lower_precision_fp", "fp32", "fp32_set_opt_dtype", "promote", "banned")
-             for op in ac[p]} | dict.fromkeys(ac["fp32_append_dtype"], "fp32_append_dtype")
-    assert rules == wheel
+    registered = {n[len("aten::"):].removesuffix(".default") for n in torch._C._dispatch_get_all_op_names()
+                  if n.startswith("aten::") and _has(n, "AutocastPrivateUse1")}
+    assert registered == set(ac["registration_order"])
+    assert autocast.policy_table("npu")["addcmul"] == "promote" and "wheel" in autocast.PROVENANCE["npu"]
+    with torch.autocast("npu", dtype=torch.bfloat16):
+        x = torch.ones(2, 2, device="npu")
+        assert torch.mm(x, x).dtype == torch.bfloat16 and torch.exp(x.bfloat16()).dtype == torch.float32
 
 
 def test_argmax_and_foreach_with_a_tensor_scalar_run_under_fidelity_error(fresh_report):

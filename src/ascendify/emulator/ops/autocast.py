@@ -14,13 +14,13 @@ plus a fallthrough fallback so every other op passes straight to the backend:
 CPU tensors and float64 tensors pass untouched. Lower-precision casts of float32 leaf weights that require grad
 are cached until the outermost autocast region exits, as PyTorch's C++ autocast does.
 
-Where the lists come from (:data:`PROVENANCE`): the NPU lists are torch_npu's
-``torch_npu/csrc/aten/AutoCastOps.cpp``; the CPU lists (kept only to report the differences) are PyTorch
-2.13's ``AutocastCPU`` registrations in ``aten/src/ATen/autocast_mode.cpp``, checked against the live
-dispatcher by the tests. Overloads that do not exist in the running torch (named-tensor ``Dimname``
-variants were dropped) are listed but not registered. The NPU lists were read from the newest stored version
-of that file, not from a torch_npu 2.13 wheel (the lists are compiled in): on a machine with torch_npu,
-``dispatcher_ops()`` gives the installed release's own list to compare with.
+Where the lists come from (:data:`PROVENANCE`): the NPU lists are torch_npu 2.13.0's ``AutocastPrivateUse1``
+registrations (``AutoCastOps.cpp``) as compiled into the wheel's ``libtorch_npu.so``, read by
+``tools/build_kb.py --wheel`` into ``data/npu_kernels.json`` (104 ops; the same as that source file's lists less
+the named-tensor ``Dimname`` overloads, which torch 2.13 no longer has); the CPU lists (kept only to report the
+differences) are PyTorch 2.13's ``AutocastCPU`` registrations in ``aten/src/ATen/autocast_mode.cpp``, checked
+against the live dispatcher by the tests. On a machine with torch_npu, ``dispatcher_ops()`` gives the installed
+release's own list to compare with.
 
 How the NPU lists differ from the CPU's (see :func:`differences_from_cpu` for the full table):
 

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ascendify import knowledge
+
 DEVICE = "npu"
 
 PROVENANCE = {
     "npu": (
-        "torch_npu (Ascend/pytorch) torch_npu/csrc/aten/AutoCastOps.cpp, "
-        "TORCH_LIBRARY_IMPL(aten, AutocastPrivateUse1) at commit cfb19ef5eca56613ced4a8b2d8a8c3576b570c22"
+        "torch_npu 2.13.0 wheel (PyPI, manylinux x86_64 cp311): the TORCH_LIBRARY_IMPL(aten, AutocastPrivateUse1) "
+        "registrations of torch_npu/csrc/aten/AutoCastOps.cpp as compiled into libtorch_npu.so, each kernel's cast "
+        "policy read from its code (data/npu_kernels.json, tools/build_kb.py --wheel)"
     ),
     "cpu": (
         "PyTorch 2.13 aten/src/ATen/autocast_mode.cpp, TORCH_LIBRARY_IMPL(aten, AutocastCPU); "
@@ -23,46 +26,16 @@ PROVENANCE = {
     ),
 }
 
-# --- torch_npu's lists (op names as "name" for the default overload or "name.overload") ---------------------
+# --- torch_npu's lists (op names as "name" for the default overload or "name.overload"), from package data ------
 
-NPU_LOWER_PRECISION_FP = (
-    "_convolution.deprecated", "_convolution", "conv1d", "conv2d", "conv3d", "conv_tbc", "conv_transpose1d",
-    "conv_transpose2d.input", "conv_transpose3d.input", "convolution", "cudnn_convolution",
-    "cudnn_convolution_transpose", "prelu", "addmm", "addmv", "addr", "matmul", "einsum", "mm", "mv", "linear",
-    "addbmm", "baddbmm", "bmm", "chain_matmul", "linalg_multi_dot", "_thnn_fused_lstm_cell",
-    "_thnn_fused_gru_cell", "lstm_cell", "gru_cell", "rnn_tanh_cell", "rnn_relu_cell",
-    "_scaled_dot_product_flash_attention", "scaled_dot_product_attention",
-)
-
-NPU_FP32 = (
-    "acos", "asin", "cosh", "erfinv", "exp", "expm1", "log", "log10", "log2", "log1p", "reciprocal", "rsqrt",
-    "sinh", "tan", "pow.Tensor_Scalar", "pow.Tensor_Tensor", "pow.Scalar", "softplus", "layer_norm",
-    "native_layer_norm", "group_norm", "frobenius_norm.dim", "nuclear_norm", "nuclear_norm.dim",
-    "cosine_similarity", "poisson_nll_loss", "cosine_embedding_loss", "nll_loss", "nll_loss2d",
-    "hinge_embedding_loss", "kl_div", "l1_loss", "smooth_l1_loss", "huber_loss", "mse_loss",
-    "margin_ranking_loss", "multilabel_margin_loss", "soft_margin_loss", "triplet_margin_loss",
-    "multi_margin_loss", "binary_cross_entropy_with_logits", "dist", "pdist", "cdist", "renorm", "logsumexp",
-)
-
-NPU_FP32_SET_OPT_DTYPE = (
-    "prod", "prod.dim_int", "prod.dim_Dimname", "softmax.int", "softmax.Dimname", "log_softmax.int",
-    "log_softmax.Dimname", "cumprod", "cumprod.dimname", "cumsum", "cumsum.dimname", "linalg_vector_norm",
-    "linalg_matrix_norm", "linalg_matrix_norm.str_ord", "sum", "sum.dim_IntList", "sum.dim_DimnameList",
-)
-
+_NPU = knowledge.npu_autocast_lists()
+NPU_LOWER_PRECISION_FP = tuple(_NPU["lower_precision_fp"])
+NPU_FP32 = tuple(_NPU["fp32"])
+NPU_FP32_SET_OPT_DTYPE = tuple(_NPU["fp32_set_opt_dtype"])
 # registered overload -> overload it is redispatched to, with dtype=float32 appended
-NPU_FP32_APPEND_DTYPE = {
-    "norm.Scalar": "norm.ScalarOpt_dtype",
-    "norm.ScalarOpt_dim": "norm.ScalarOpt_dim_dtype",
-    "norm.names_ScalarOpt_dim": "norm.names_ScalarOpt_dim_dtype",
-}
-
-NPU_PROMOTE = (
-    "addcdiv", "addcmul", "atan2", "bilinear", "cross", "dot", "grid_sampler", "index_put", "tensordot",
-    "scatter_add",
-)
-
-NPU_BANNED = ("binary_cross_entropy",)
+NPU_FP32_APPEND_DTYPE = dict(_NPU["fp32_append_dtype"])
+NPU_PROMOTE = tuple(_NPU["promote"])
+NPU_BANNED = tuple(_NPU["banned"])
 
 # --- PyTorch 2.13's CPU lists, to report differences ----------------------------------------------------------
 
