@@ -19,3 +19,12 @@ def test_strict_error_says_what_happened(auto_cpu_strict):
 def test_without_strict_the_record_still_says_skipped(auto_cpu):
     torch.cuda.nvtx.range_push("x")
     assert "skipped" in auto_cpu.rec.unsupported["torch.cuda.nvtx.range_push"][2]
+
+
+def test_the_run_headline_counts_in_words():
+    from ascendify.auto.summary import headline
+
+    rep = {"target": {"name": "cpu"}, "redirected": [{"count": 1}], "no_effect": [], "unsupported": [],
+           "unmapped": [], "findings": [{}]}
+    text = headline(rep)
+    assert "1 CUDA API redirected (1 call)" in text and text.endswith("1 finding")

@@ -6,6 +6,8 @@ from typing import Any
 
 from ascendify import program
 from ascendify.fileio import write_json
+from ascendify.report import plural
+from ascendify.report.tables import terminal_width
 
 MAX_ROWS = 25
 
@@ -17,9 +19,9 @@ def counts(rep: dict[str, Any]) -> dict[str, int]:
 def headline(rep: dict[str, Any]) -> str:
     c = counts(rep)
     calls = sum(r["count"] for r in rep["redirected"])
-    return (f"ascendify run → {rep['target']['name']}: {c['redirected']} CUDA APIs redirected ({calls} calls), "
-            f"{c['no_effect']} with no effect, {c['unsupported']} unsupported, {c['unmapped']} unmapped, "
-            f"{c['findings']} findings")
+    return (f"ascendify run → {rep['target']['name']}: {plural(c['redirected'], 'CUDA API')} redirected "
+            f"({plural(calls, 'call')}), {c['no_effect']} with no effect, {c['unsupported']} unsupported, "
+            f"{c['unmapped']} unmapped, {plural(c['findings'], 'finding')}")
 
 
 def render(rep: dict[str, Any], file=None) -> None:
@@ -27,7 +29,7 @@ def render(rep: dict[str, Any], file=None) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    console = Console(file=file, stderr=file is None, highlight=False, soft_wrap=False, width=140)
+    console = Console(file=file, stderr=file is None, highlight=False, soft_wrap=False, width=terminal_width())
     console.print(f"[bold]{headline(rep)}[/bold]")
     for note in rep["target"].get("notes", []):
         console.print(f"  note: {note}")
