@@ -1,0 +1,243 @@
+"""The device under test: which one, its name, how to wait for it, time it, read its memory, and spot an OOM.
+
+One small object, :class:`BenchDevice`, hides the difference between the CPU, CUDA, a real Ascend NPU and the
+emulated NPU. It goes through ``torch.get_device_module(type)`` (``torch.cuda``, ``torch.npu``) for
+``synchronize``, ``reset_peak_memory_stats``, ``max_memory_allocated`` and ``Event``, so it needs no per-device
+code beyond choosing the device.
+
+Timing: on an asynchronous device (CUDA, a real NPU) every step is bracketed by device events, read after one
+synchronisation at the end of a window, so timing does not serialise the host and the device; the window's
+wall time is taken between two ``synchronize()`` calls. The CPU and the emulated NPU are synchronous: a
+``perf_counter`` pair per step is exact there.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import os
+import platform
+import time
+
+EMULATED_LABEL = "emulated: host speed, not NPU speed"
+
+
+class DeviceError(RuntimeError):
+    """The requested device cannot be used here; the message says why."""
+
+
+@dataclasses.dataclass
+class BenchDevice:
+    type: str  # "cpu", "cuda", "npu"
+    name: str  # "NVIDIA A100-SXM4-80GB", "Ascend910B3", the CPU model
+    emulated: bool = False
+
+    @property
+    def torch_device(self):
+        import torch
+
+        return torch.device(self.type)
+
+    @property
+    def asynchronous(self) -> bool:
+        return self.type != "cpu" and not self.emulated
+
+    @property
+    def has_memory_stats(self) -> bool:
+        return self.type != "cpu"
+
+    def module(self):
+        import torch
+
+        return torch.get_device_module(self.type) if self.type != "cpu" else None
+
+    def synchronize(self) -> None:
+        if self.type != "cpu":
+            self.module().synchronize()
+
+    def free_memory(self) -> None:
+        """Collect garbage and give cached device blocks back (between runs, after an OOM)."""
+        gc.collect()
+        if self.type != "cpu":
+            self.module().empty_cache()
+
+    def reset_peak_memory(self) -> None:
+        if self.has_memory_stats:
+            self.module().reset_peak_memory_stats()
+
+    def peak_memory_bytes(self) -> int | None:
+        if not self.has_memory_stats:
+            return None
+        return int(self.module().max_memory_allocated())
+
+    def memory_capacity_bytes(self) -> int | None:
+        if self.type == "cpu":
+            return None
+        try:
+            return int(self.module().get_device_properties(0).total_memory)
+        except Exception:
+            return None
+
+    def timer(self) -> StepTimer:
+        return EventTimer(self) if self.asynchronous and hasattr(self.module(), "Event") else WallTimer()
+
+    def describe(self) -> dict:
+        return {"device": self.type, "device_name": self.name, "emulated": self.emulated,
+                "label": EMULATED_LABEL if self.emulated else None}
+
+
+class StepTimer:
+    """Times each step of a window: ``start()``/``stop()`` around every step, ``times_ms()`` after the window."""
+
+    kind = "abstract"
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+    def times_ms(self) -> list[float]:
+        raise NotImplementedError
+
+
+class WallTimer(StepTimer):
+    kind = "perf_counter"
+
+    def __init__(self):
+        self._t0 = 0.0
+        self._times: list[float] = []
+
+    def start(self) -> None:
+        self._t0 = time.perf_counter()
+
+    def stop(self) -> None:
+        self._times.append((time.perf_counter() - self._t0) * 1e3)
+
+    def times_ms(self) -> list[float]:
+        return list(self._times)
+
+
+class EventTimer(StepTimer):
+    kind = "device events"
+
+    def __init__(self, device: BenchDevice):
+        self._mod = device.module()
+        self._pairs: list = []
+        self._cur = None
+
+    def start(self) -> None:
+        self._cur = self._mod.Event(enable_timing=True)
+        self._cur.record()
+
+    def stop(self) -> None:
+        end = self._mod.Event(enable_timing=True)
+        end.record()
+        self._pairs.append((self._cur, end))
+
+    def times_ms(self) -> list[float]:
+        self._mod.synchronize()
+        return [float(a.elapsed_time(b)) for a, b in self._pairs]
+
+
+def cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "cpu"
+
+
+def resolve(request: str = "auto", *, emulate_memory: str | None = None) -> BenchDevice:
+    """``auto``/``cpu``/``cuda``/``npu`` -> a :class:`BenchDevice`.
+
+    ``npu`` is the real Ascend NPU when torch_npu sees one, else the emulated NPU (enabled here; it must be
+    enabled before the process's first ``backward()``, so resolve the device first). ``auto`` never turns the
+    emulator on: it picks a real NPU, the emulated NPU when already enabled, CUDA, then the CPU.
+    Raises :class:`DeviceError` with the reason when the device is not usable.
+    """
+    from ascendify import devices
+
+    req = (request or "auto").strip().lower()
+    if req.startswith(("cuda:", "npu:")):
+        raise DeviceError(f"--device {request}: give the device type only (cuda, npu); the bench uses device 0")
+    if req == "auto":
+        req = devices.default_device()
+        if req not in ("cpu", "cuda", "npu"):
+            req = "cpu"  # xpu/mps: not benchmarked yet
+    if req == "cpu":
+        return BenchDevice("cpu", cpu_name())
+    if req == "cuda":
+        if not devices.is_cuda_available():
+            raise DeviceError("--device cuda: no CUDA device is available (torch.cuda.is_available() is False)")
+        import torch
+
+        return BenchDevice("cuda", torch.cuda.get_device_name(0))
+    if req == "npu":
+        if devices.is_npu_available():
+            import torch
+            import torch_npu  # noqa: F401
+
+            return BenchDevice("npu", torch.npu.get_device_name(0))
+        _import_transformers_first()
+        try:
+            import ascendify.emulator as emu
+
+            overrides = {"memory_capacity": emulate_memory} if emulate_memory else {}
+            emu.enable(**overrides)
+            if hasattr(emu, "_set_active"):
+                emu._set_active(True)
+        except Exception as e:  # EmulatorError, or a bad memory size
+            raise DeviceError(f"--device npu: no real NPU here and the emulated NPU cannot start: {e}") from e
+        import torch
+
+        return BenchDevice("npu", torch.npu.get_device_name(0), emulated=True)
+    raise DeviceError(f"--device {request!r}: expected auto, cpu, cuda or npu")
+
+
+def _import_transformers_first() -> None:
+    """Import transformers' model code before the emulated npu exists.
+
+    transformers (5.x) asks "is torch_npu importable?" once and, if so, imports torch_npu's custom fused
+    attention at import time; the emulator's torch_npu shim refuses custom ops, so importing transformers
+    after enabling fails. Imported first, transformers sees no NPU and uses PyTorch's own attention, which is
+    what the emulated device runs.
+    """
+    import importlib.util
+
+    if importlib.util.find_spec("transformers") is None:
+        return
+    try:
+        import transformers.activations  # noqa: F401
+        import transformers.modeling_utils  # noqa: F401
+    except Exception:
+        pass
+
+
+def is_oom(exc: BaseException) -> bool:
+    """True for an out-of-memory error of any device (CUDA, NPU, emulated NPU, the host allocator)."""
+    import torch
+
+    if isinstance(exc, (torch.OutOfMemoryError, MemoryError)):
+        return True
+    msg = str(exc).lower()
+    return isinstance(exc, RuntimeError) and (
+        "out of memory" in msg or "can't allocate memory" in msg or "failed to allocate" in msg
+    )
+
+
+def set_threads(threads: int | None) -> int:
+    """Set torch's intra-op threads (None: leave as is); returns the number in use."""
+    import torch
+
+    if threads:
+        torch.set_num_threads(int(threads))
+    return torch.get_num_threads()
+
+
+def cpu_count() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
