@@ -87,13 +87,17 @@ def write_step(dumper, recs, rows) -> Path:
             "requires_grad": ts.requires_grad,
         }
         if dumper.mode == "tensors" and idx in dumper._tensors:
+            # one file per entry, named as msprobe names it (its compare shows file names); a tensor seen under
+            # several names is written once and hard-linked
+            fname = f"{node_name}.{role}.pt"
             if idx not in saved:
-                fname = f"{node_name}.{role}.pt"
                 buf = io.BytesIO()
                 torch.save(dumper._tensors[idx].contiguous(), buf)
                 write_atomic(data_dir / fname, buf.getvalue(), mode=0o644, durable=False)
                 saved[idx] = fname
-            e["data_name"] = saved[idx]
+            elif fname != saved[idx]:
+                _link(data_dir / saved[idx], data_dir / fname)
+            e["data_name"] = fname
         if dumper.mode == "checksum" and idx in dumper._md5:
             e["md5"] = dumper._md5[idx]
         e["fingerprint"] = [_json_num(x) for x in ts.fingerprint]
@@ -181,6 +185,15 @@ def write_step(dumper, recs, rows) -> Path:
     write_atomic(folder / "construct.json", json.dumps(construct, indent=1) + "\n", mode=0o644, durable=False)
     write_atomic(folder / "dump.json", json.dumps(doc, allow_nan=False) + "\n", mode=0o644, durable=False)  # last
     return folder
+
+
+def _link(src: Path, dst: Path) -> None:
+    try:
+        if dst.exists():
+            dst.unlink()
+        os.link(src, dst)
+    except OSError:
+        write_atomic(dst, src.read_bytes(), mode=0o644, durable=False)
 
 
 def _is_positional(key: str) -> bool:
