@@ -16,8 +16,8 @@ that changes under permutation and scale. Writes OUT/step<N>/rank<R>/{dump.json,
 (msprobe's layout: `msprobe compare` reads it; `ascendify compare` reads it and msprobe's).
 
 Steps end at every optimizer.step() (also through a GradScaler), or where the program calls
-ascendify.precision.step() (then optimizer steps no longer count). What runs after the last step boundary is
-the last step.
+ascendify.precision.step(): --step-at optimizer / call; the default (auto) counts optimizer steps until the
+program first calls ascendify.precision.step(). What runs after the last boundary is the last step.
 
 examples:
   ascendify dump -o dump/ -- python train.py --epochs 1
@@ -43,6 +43,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scope", metavar="LIST", help="comma-separated module paths (layers.0) or API names (gelu)")
     p.add_argument("-o", "--output", metavar="DIR", help="dump folder (default: dump)")
     p.add_argument("--max-bytes", metavar="SIZE", help="tensor mode: refuse a step needing more (default 1G)")
+    p.add_argument("--step-at", choices=("auto", "optimizer", "call"), default="auto",
+                   help="where steps end: optimizer.step(), ascendify.precision.step() calls, or auto (default)")
     p.add_argument("--no-backward", action="store_true", help="forward only (no gradient hooks)")
     p.add_argument("--emulate", action="store_true", help="run on the emulated npu device (ascendify emulate)")
     p.add_argument("--json", metavar="FILE", help="write a summary of what was written as JSON")
@@ -150,6 +152,7 @@ def settings(args: argparse.Namespace) -> dict:
         "output": args.output or cfg.get("output") or "dump",
         "max_bytes": parse_size(args.max_bytes if args.max_bytes is not None else cfg.get("max_bytes")),
         "backward": (not args.no_backward) and bool(cfg.get("backward", True)),
+        "step_at": getattr(args, "step_at", "auto") or "auto",
     }
 
 
@@ -180,7 +183,8 @@ def _flags(args: argparse.Namespace) -> list[str]:
     out: list[str] = []
     for opt, val in (("--config", args.config), ("--level", args.level), ("--mode", args.mode),
                      ("--steps", args.steps), ("--ranks", args.ranks), ("--scope", args.scope),
-                     ("--output", args.output), ("--max-bytes", args.max_bytes), ("--json", args.json)):  # fmt: skip
+                     ("--output", args.output), ("--max-bytes", args.max_bytes), ("--json", args.json),
+                     ("--step-at", args.step_at)):  # fmt: skip
         if val is not None:
             out += [opt, str(val)]
     for opt, on in (("--no-backward", args.no_backward), ("--emulate", args.emulate), ("-q", args.quiet)):

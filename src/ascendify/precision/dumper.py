@@ -311,6 +311,7 @@ class Dumper:
         self.max_bytes = int(max_bytes)
         self.skip_optimizer = skip_optimizer
         self.step_on_optimizer = step_on_optimizer
+        self.explicit_steps_win = True  # a call to precision.step() turns optimizer boundaries off
         self.step_index = 0
         self.written: list[Path] = []
         self.written_info: list[dict] = []
@@ -852,7 +853,8 @@ def step() -> None:
 
     Once a program calls this, optimizer steps no longer end steps (the program says where they end)."""
     if _current is not None:
-        _current.step_on_optimizer = False
+        if _current.explicit_steps_win:
+            _current.step_on_optimizer = False
         _current.step()
 
 

@@ -28,8 +28,9 @@ def run_program(prog, conf: dict, *, emulate: bool = False, json_path: str | Non
         scope=conf["scope"],
         backward=conf["backward"],
         max_bytes=conf["max_bytes"] or DEFAULT_MAX_BYTES,
-        step_on_optimizer=True,
+        step_on_optimizer=conf.get("step_at", "auto") != "call",
     )
+    dumper.explicit_steps_win = conf.get("step_at", "auto") == "auto"
     set_active(dumper)
     dumper.start()
     code = 0
