@@ -1,6 +1,7 @@
 """Run a user's program in this process as Python would: a script or a ``-m`` module as ``__main__``.
 
-Shared by ``ascendify run`` and ``ascendify emulate``. ``sys.argv`` is the program and its arguments,
+Verbs reach it through :meth:`ascendify.program.Program.run_in_process` / ``relaunch_torchrun`` (which parse the
+program line first); this module is the mechanism. ``sys.argv`` is the program and its arguments,
 ``sys.path[0]`` the script's folder (the current folder for ``-m``), and its exit status is returned: 0, the
 ``SystemExit`` code, 130 on Ctrl-C, 1 on an uncaught exception (printed without ascendify's own frames).
 ``sys.argv`` and ``sys.path`` are restored afterwards.
