@@ -29,14 +29,16 @@ def _columns():
     from ascendify.report import Column
 
     return [
-        Column("model"), Column("mode"), Column("precision", "prec"), Column("batch_size", "batch", "number"),
-        Column("status", kind="status"), Column("throughput", "samples/s", "number"),
-        Column("spread", "spread", "number"), Column("p50", "p50 ms", "number"),
-        Column("p99", "p99 ms", "number"), Column("memory", "peak MiB", "number"), Column("mfu", "MFU %", "number"),
+        Column("model", kind="path"), Column("run"), Column("batch_size", "batch", "number"),
+        Column("status", kind="status"), Column("throughput", "samples/s", "number"), Column("spread", "±"),
+        Column("latency", "p50/p99 ms", align="right"), Column("memory", "MiB", "number"),
+        Column("mfu", "MFU %", "number"),
     ]
 
 
 def table_row(rec: dict) -> dict:
+    from ascendify.report import format_value
+
     lat = rec.get("latency_ms") or {}
     spread = rec.get("throughput_spread") or {}
     thr = rec.get("throughput")
@@ -45,11 +47,11 @@ def table_row(rec: dict) -> dict:
         rel = round(100.0 * (spread["max"] - spread["min"]) / thr, 1)
     mem = rec.get("peak_memory_bytes")
     return {
-        "model": rec.get("model"), "mode": rec.get("mode"), "precision": rec.get("precision"),
+        "model": rec.get("model"), "run": f"{rec.get('mode')} {rec.get('precision')}",
         "batch_size": rec.get("batch_size"),
         "status": rec.get("status") if rec.get("status") == "ok" else f"{rec.get('status')}",
-        "throughput": thr, "spread": None if rel is None else f"±{rel / 2:.1f}%",
-        "p50": lat.get("p50"), "p90": lat.get("p90"), "p99": lat.get("p99"),
+        "throughput": thr, "spread": None if rel is None else f"{rel / 2:.1f}%",
+        "latency": f"{format_value(lat['p50'], 'number')}/{format_value(lat['p99'], 'number')}" if lat else None,
         "memory": None if mem is None else round(mem / 2**20, 1),
         "mfu": None if rec.get("mfu") is None else round(100 * rec["mfu"], 2),
     }

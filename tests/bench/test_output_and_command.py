@@ -1,0 +1,125 @@
+"""Outputs (JSON records, CSV, plots), 'bench compare', and the command line."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from ascendify import cli
+from ascendify.bench import output
+
+
+def _rec(**kw):
+    r = {"model": "resnet50", "mode": "train", "precision": "fp32", "batch_size": 32, "device": "cuda",
+         "device_name": "Tesla V100-SXM2-16GB", "emulated": False, "status": "ok", "throughput": 85.2,
+         "throughput_spread": {"min": 84.0, "max": 86.0, "stdev": 1.0}, "label": None,
+         "latency_ms": {"p50": 375.0, "p90": 380.0, "p99": 390.0}, "peak_memory_bytes": 8 << 30, "mfu": 0.3}
+    r.update(kw)
+    return r
+
+
+def test_compare_ratios_and_missing_rows():
+    a = [_rec(), _rec(batch_size=64, throughput=100.0)]
+    b = [_rec(device="npu", device_name="Ascend910B3", throughput=92.75,
+              latency_ms={"p50": 345.0, "p90": 1, "p99": 1}, peak_memory_bytes=4 << 30),
+         _rec(precision="bf16", throughput=150.0)]
+    rows = {(r["batch_size"], r["precision"]): r for r in output.compare(a, b)}
+    r = rows[(32, "fp32")]
+    assert r["throughput_ratio"] == pytest.approx(92.75 / 85.2)
+    assert r["latency_ratio"] == pytest.approx(345 / 375) and r["memory_ratio"] == 0.5
+    assert r["status"] == "ok"
+    assert rows[(64, "fp32")]["status_b"] == "missing" and rows[(64, "fp32")]["throughput_ratio"] is None
+    assert rows[(32, "bf16")]["status_a"] == "missing"
+
+
+def test_load_records_errors(tmp_path):
+    with pytest.raises(output.CompareError, match="no such file"):
+        output.load_records(tmp_path / "nope.json")
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(output.CompareError, match="bad.json: not a JSON file"):
+        output.load_records(bad)
+    (tmp_path / "other.json").write_text('{"rows": []}')
+    with pytest.raises(output.CompareError, match="no 'records' list"):
+        output.load_records(tmp_path / "other.json")
+    (tmp_path / "partial.json").write_text('{"records": [{"model": "x"}]}')
+    with pytest.raises(output.CompareError, match="record 0 lacks mode"):
+        output.load_records(tmp_path / "partial.json")
+
+
+def test_write_all_files_and_emulated_label(tmp_path):
+    pytest.importorskip("matplotlib")
+    recs = [_rec(precision=p, batch_size=b, throughput=t, emulated=True, device="npu", label=output.EMULATED_LABEL)
+            for p, b, t in (("fp32", 2, 10.0), ("fp32", 4, 18.0), ("bf16", 2, 15.0), ("bf16", 4, 30.0))]
+    recs.append(_rec(batch_size=4096, status="oom", throughput=None, latency_ms=None))
+    written = output.write_all(recs, json_path=tmp_path / "r.json", out_dir=tmp_path / "out")
+    doc = json.loads((tmp_path / "r.json").read_text())
+    assert doc["emulated"] is True and doc["label"] == "emulated: host speed, not NPU speed"
+    assert len(doc["records"]) == 5
+    csv_text = (tmp_path / "out" / "bench.csv").read_text().splitlines()
+    assert csv_text[0].startswith("model,mode,precision,batch_size") and len(csv_text) == 6
+    for png in ("throughput_vs_batch.png", "latency_vs_batch.png", "amp_vs_fp32.png"):
+        assert (tmp_path / "out" / png).read_bytes()[:4] == b"\x89PNG", png
+    assert len(written) == 6
+    assert "emulated: host speed" in output.title_for(recs)
+
+
+def test_cli_compare(tmp_path, capsys):
+    (tmp_path / "a.json").write_text(json.dumps({"records": [_rec()]}))
+    (tmp_path / "b.json").write_text(json.dumps({"records": [_rec(throughput=170.4, device="npu")]}))
+    rc = cli.main(["bench", "compare", str(tmp_path / "a.json"), str(tmp_path / "b.json"),
+                   "--json", str(tmp_path / "c.json")])
+    assert rc == 0
+    assert "2" in capsys.readouterr().out  # the ratio 2.0 is shown
+    assert json.loads((tmp_path / "c.json").read_text())["rows"][0]["throughput_ratio"] == pytest.approx(2.0)
+    assert cli.main(["bench", "compare", str(tmp_path / "a.json"), str(tmp_path / "zz.json")]) == 2
+    assert "zz.json: no such file" in capsys.readouterr().err
+
+
+def test_front_end_imports_no_torch():
+    code = "import sys, ascendify.commands.bench; assert 'torch' not in sys.modules; print('ok')"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "ok"
+
+
+def test_cli_bad_input(capsys):
+    pytest.importorskip("torch")
+    assert cli.main(["bench", "--model", "vgg99", "--quick"]) == 2
+    assert "unknown model 'vgg99'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        cli.main(["bench", "--precision", "fp8"])
+    from ascendify import devices
+
+    if not devices.is_cuda_available():
+        assert cli.main(["bench", "--device", "cuda", "--quick"]) == 3
+        assert "no CUDA device" in capsys.readouterr().err
+
+
+def test_cli_bench_run_writes_outputs(tmp_path, tiny_model_file, capsys):
+    rc = cli.main(["bench", "--model", f"{tiny_model_file}:linear", "--mode", "train,infer", "--quick",
+                   "--batch-size", "2,4", "--image-size", "8", "--device", "cpu", "--threads", "1",
+                   "--json", str(tmp_path / "cpu.json"), "--out", str(tmp_path / "o")])
+    assert rc == 0
+    out = capsys.readouterr().out
+    assert "tiny_models.py:linear" in out and "samples/s" in out
+    doc = json.loads((tmp_path / "cpu.json").read_text())
+    recs = doc["records"]
+    assert {(r["mode"], r["batch_size"]) for r in recs} == {("train", 2), ("train", 4), ("infer", 2), ("infer", 4)}
+    for r in recs:
+        assert set(r) >= {"model", "mode", "precision", "batch_size", "device", "device_name", "throughput",
+                          "latency_ms", "peak_memory_bytes", "mfu", "emulated"}
+        assert r["steps"] == 3 and r["warmup"] == 1 and r["repeats"] == 1 and r["threads"] == 1
+    assert (tmp_path / "o" / "bench.csv").exists() and (tmp_path / "o" / "throughput_vs_batch.png").exists()
+
+
+def test_cli_loader_quick(tmp_path, capsys):
+    rc = cli.main(["bench", "loader", "--quick", "--device", "cpu", "--workers", "0", "--samples", "8",
+                   "--batch-size", "4", "--batches", "2", "--epochs", "1", "--image-size", "24",
+                   "--compute-rate", "1000000", "--json", str(tmp_path / "l.json")])
+    assert rc == 0
+    out = capsys.readouterr().out
+    assert "recommended: workers=0 batch=4" in out and "starves" in out
+    doc = json.loads((tmp_path / "l.json").read_text())
+    assert doc["recommendation"]["setting"]["num_workers"] == 0
+    assert doc["feeds_compute"]["status"] == "fail"
+    assert doc["augmentation"]["cpu"] > 0 and doc["augmentation"]["device"] > 0
