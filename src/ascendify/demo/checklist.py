@@ -1,0 +1,358 @@
+"""The migration checklist, evaluated from the demo's step outputs.
+
+The items (id, section, question, how it is evaluated) are package data, ``data/migration_checklist.json``; each
+has an evaluator here, registered under the same id: a small function whose docstring says what it reads. An
+evaluator gets the step results by id and returns a :class:`Verdict`: ``✓`` (pass), ``✗`` (fail) or ``n/a``
+(not applicable here, or its step did not run), always with the evidence, and the report section that shows it.
+
+>>> from ascendify.demo.steps import StepResult
+>>> doctor = StepResult("doctor", status="ok", facts={"summary": {"fail": 0, "ok": 8}, "checks": {}})
+>>> evaluate_item("env.doctor-clean", {"doctor": doctor}, target="emulated").mark
+'✓'
+>>> evaluate_item("env.doctor-clean", {}, target="emulated").mark
+'n/a'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ascendify import knowledge
+from ascendify.demo.steps import StepResult
+
+PASS, FAIL, NA = "✓", "✗", "n/a"
+
+
+@dataclass
+class Verdict:
+    mark: str  # ✓ ✗ n/a
+    evidence: str
+    anchor: str = ""  # report section that shows the evidence
+
+    @property
+    def status(self) -> str:
+        return {PASS: "pass", FAIL: "fail"}.get(self.mark, "n/a")
+
+
+Steps = dict[str, StepResult]
+Evaluator = Callable[[Steps, str], Verdict]
+EVALUATORS: dict[str, Evaluator] = {}
+
+
+def evaluator(item_id: str) -> Callable[[Evaluator], Evaluator]:
+    def register(fn: Evaluator) -> Evaluator:
+        EVALUATORS[item_id] = fn
+        return fn
+
+    return register
+
+
+def items() -> list[dict[str, Any]]:
+    """The checklist items, in order (package data)."""
+    return list(knowledge.load("migration_checklist")["items"])
+
+
+def sections() -> list[dict[str, str]]:
+    return list(knowledge.load("migration_checklist")["sections"])
+
+
+class _NotRun(Exception):
+    def __init__(self, step: str, why: str):
+        super().__init__(f"not evaluated: the {step} step {why}")
+        self.step = step
+
+
+def _need(steps: Steps, step: str) -> StepResult:
+    res = steps.get(step)
+    if res is None or res.status == "skip":
+        raise _NotRun(step, f"did not run ({res.headline})" if res is not None and res.headline else "did not run")
+    if res.status == "error":
+        raise _NotRun(step, "failed (see its section)")
+    return res
+
+
+def evaluate_item(item_id: str, steps: Steps, target: str) -> Verdict:
+    """One item's verdict (a missing step or evaluator gives ``n/a`` with the reason)."""
+    fn = EVALUATORS.get(item_id)
+    if fn is None:
+        return Verdict(NA, f"no evaluator for {item_id}")
+    try:
+        return fn(steps, target)
+    except _NotRun as e:
+        return Verdict(NA, str(e), e.step)
+
+
+def evaluate(steps: Steps, target: str) -> list[dict[str, Any]]:
+    """Every item with its verdict: dicts with id, section, question, how, mark, status, evidence, anchor."""
+    out = []
+    for item in items():
+        v = evaluate_item(item["id"], steps, target)
+        out.append({**item, "mark": v.mark, "status": v.status, "evidence": v.evidence,
+                    "anchor": v.anchor or item.get("step", "")})
+    return out
+
+
+def _check(steps: Steps, cid: str) -> dict[str, Any]:
+    return _need(steps, "doctor").facts.get("checks", {}).get(cid) or {}
+
+
+# --- environment -------------------------------------------------------------------------------------------------
+
+
+@evaluator("env.python-torch")
+def _python_torch(steps: Steps, target: str) -> Verdict:
+    """Doctor's ``python`` and ``torch`` checks: both ok (warn counts as a pass with its text)."""
+    found = [(c, _check(steps, c)) for c in ("python", "torch")]
+    bad = [f"{c}: {d.get('found', 'missing')}" for c, d in found if d.get("status") not in ("ok", "warn")]
+    if bad:
+        return Verdict(FAIL, "; ".join(bad), "doctor")
+    return Verdict(PASS, "; ".join(d.get("found", "") for _, d in found), "doctor")
+
+
+@evaluator("env.torch-npu-cann")
+def _torch_npu_cann(steps: Steps, target: str) -> Verdict:
+    """Doctor's ``torch-npu``, ``cann``, ``driver`` and ``matrix`` checks; n/a when they all skip (no NPU here)."""
+    found = {c: _check(steps, c) for c in ("torch-npu", "cann", "driver", "matrix")}
+    statuses = {c: d.get("status", "skip") for c, d in found.items()}
+    if all(s == "skip" for s in statuses.values()):
+        return Verdict(NA, "no NPU stack on this host (" + found["torch-npu"].get("found", "torch-npu absent")
+                       + "); the emulated NPU stands in", "doctor")
+    failed = [f"{c}: {found[c].get('found', '')}" for c, s in statuses.items() if s == "fail"]
+    if failed:
+        return Verdict(FAIL, "; ".join(failed), "doctor")
+    return Verdict(PASS, "; ".join(f"{c} {s}" for c, s in statuses.items()), "doctor")
+
+
+@evaluator("env.device-smoke")
+def _device_smoke(steps: Steps, target: str) -> Verdict:
+    """Doctor's smoke check of the NPU side (``smoke:npu``, ``smoke:emulated``; ``smoke:cuda`` for a GPU)."""
+    want = {"npu": "smoke:npu", "emulated": "smoke:emulated", "cuda": "smoke:cuda"}[target]
+    d = _check(steps, want)
+    if not d:
+        return Verdict(NA, f"doctor ran no {want} check", "doctor")
+    if d.get("status") == "ok":
+        return Verdict(PASS, d.get("found", ""), "doctor")
+    return Verdict(FAIL if d.get("status") == "fail" else NA, f"{d.get('status')}: {d.get('found', '')}", "doctor")
+
+
+@evaluator("env.doctor-clean")
+def _doctor_clean(steps: Steps, target: str) -> Verdict:
+    """Doctor's summary: no failed check."""
+    s = _need(steps, "doctor").facts.get("summary", {})
+    text = f"{s.get('ok', 0)} ok, {s.get('warn', 0)} warn, {s.get('fail', 0)} fail, {s.get('skip', 0)} skipped"
+    return Verdict(FAIL if s.get("fail") else PASS, text, "doctor")
+
+
+# --- code migration ----------------------------------------------------------------------------------------------
+
+
+def _totals(steps: Steps) -> dict[str, Any]:
+    return _need(steps, "migrate").facts.get("totals", {})
+
+
+@evaluator("code.sites-accounted")
+def _sites_accounted(steps: Steps, target: str) -> Verdict:
+    """migrate's totals: every CUDA site converted or reported (``accounted_share`` 1), no file skipped."""
+    t = _totals(steps)
+    share, skipped = float(t.get("accounted_share") or 0.0), int(t.get("skipped") or 0)
+    text = (f"{t.get('cuda_sites', 0)} CUDA sites: {t.get('converted', 0)} converted, "
+            f"{t.get('report_only', 0)} reported, {t.get('unsupported', 0)} unsupported; "
+            f"{share:.0%} accounted for, {skipped} files skipped")
+    return Verdict(PASS if share >= 1.0 and not skipped else FAIL, text, "migrate")
+
+
+@evaluator("code.unsupported-listed")
+def _unsupported_listed(steps: Steps, target: str) -> Verdict:
+    """migrate's totals: ``unclaimed`` 0 (every site a rule saw is in a report row with advice)."""
+    t = _totals(steps)
+    unclaimed = int(t.get("unclaimed") or 0)
+    text = (f"{t.get('unsupported', 0)} unsupported sites and {t.get('api_notes', 0)} API notes in "
+            f"unsupported.csv; {unclaimed} unclaimed")
+    return Verdict(PASS if not unclaimed else FAIL, text, "migrate")
+
+
+@evaluator("code.custom-ops")
+def _custom_ops(steps: Steps, target: str) -> Verdict:
+    """migrate's totals: custom CUDA ops (``native_ops``) are listed in cuda_ops.csv for an Ascend C port."""
+    n = int(_totals(steps).get("native_ops") or 0)
+    if not n:
+        return Verdict(NA, "no custom CUDA kernels in the project", "migrate")
+    return Verdict(PASS, f"{n} custom op registrations listed in cuda_ops.csv (they need an Ascend C port; "
+                         "the trainer's default path does not use them)", "migrate")
+
+
+def _runs(steps: Steps) -> dict[str, Any]:
+    return _need(steps, "train").facts.get("runs", {})
+
+
+@evaluator("code.runs-on-target")
+def _runs_on_target(steps: Steps, target: str) -> Verdict:
+    """The target training run exited 0 and logged its steps (a CUDA target runs the original: n/a)."""
+    r = _runs(steps).get("target", {})
+    if target == "cuda":
+        return Verdict(NA, "the target is a CUDA GPU: the migrated copy needs an NPU (real or emulated)", "train")
+    if r.get("skipped"):
+        return Verdict(NA, str(r["skipped"]), "train")
+    hist = r.get("history") or {}
+    if r.get("returncode") == 0 and hist.get("step"):
+        where = "the emulated NPU" if target == "emulated" else "the Ascend NPU"
+        return Verdict(PASS, f"{len(hist['step'])} steps on {where}, final loss {hist['loss'][-1]:.4f}", "train")
+    return Verdict(FAIL, f"exit status {r.get('returncode')}", "train")
+
+
+@evaluator("code.no-cpu-fallback")
+def _no_cpu_fallback(steps: Steps, target: str) -> Verdict:
+    """The emulator's record of the target run: no CPU fallback, rejection or API unsupported on every chip."""
+    emu = _runs(steps).get("target", {}).get("emulator")
+    if emu is None:
+        return Verdict(NA, "needs the emulated NPU's record (the target was not the emulated NPU)", "train")
+    bad = {k: emu.get(k, 0) for k in ("cpu_fallback_on_npu", "rejected", "unsupported_apis") if emu.get(k)}
+    text = (f"{emu.get('ops_run', 0):,} ops ({emu.get('distinct_ops', 0)} distinct) on the emulated NPU; "
+            + (", ".join(f"{k}: {v}" for k, v in bad.items()) if bad else "none falls back to the CPU"))
+    return Verdict(FAIL if bad else PASS, text, "train")
+
+
+@evaluator("code.auto-migration")
+def _auto_migration(steps: Steps, target: str) -> Verdict:
+    """``ascendify run --to cpu`` on the original: exit 0, no unmapped device."""
+    r = _runs(steps).get("golden", {})
+    if r.get("skipped"):
+        return Verdict(NA, str(r["skipped"]), "train")
+    if r.get("returncode") != 0:
+        return Verdict(FAIL, f"exit status {r.get('returncode')}", "train")
+    unmapped = int(r.get("unmapped") or 0)
+    text = (f"unmodified original ran on the CPU: {r.get('redirected', '?')} CUDA APIs redirected, "
+            f"{r.get('unsupported', 0)} unsupported, {unmapped} unmapped devices")
+    return Verdict(FAIL if unmapped else PASS, text, "train")
+
+
+# --- performance -------------------------------------------------------------------------------------------------
+
+
+@evaluator("perf.measured")
+def _perf_measured(steps: Steps, target: str) -> Verdict:
+    """Bench on the target: at least one record, every record ok (an OOM in a sweep is a result)."""
+    b = _need(steps, "bench").facts
+    recs = b.get("records", {}).get("target")
+    if not recs:
+        return Verdict(NA, "no bench run on the target", "bench")
+    bad = [r for r in recs if r.get("status") not in ("ok", "oom")]
+    best = b.get("best", {}).get("target", 0.0)
+    label = " (emulated NPU: host speed)" if b.get("meta", {}).get("target", {}).get("emulated") else ""
+    text = f"{len(recs)} runs, best {best:.3g} samples/s{label}"
+    return Verdict(FAIL if bad else PASS, text + (f"; {len(bad)} failed" if bad else ""), "bench")
+
+
+@evaluator("perf.baseline")
+def _perf_baseline(steps: Steps, target: str) -> Verdict:
+    """Bench on the CPU and the target: the ratio, only where the target is a real device."""
+    b = _need(steps, "bench").facts
+    best = b.get("best", {})
+    if "cpu" not in best or "target" not in best:
+        return Verdict(NA, "needs bench runs on both the CPU and the target", "bench")
+    if b.get("meta", {}).get("target", {}).get("emulated"):
+        return Verdict(NA, f"the emulated NPU runs at host speed ({best['target']:.3g} vs CPU {best['cpu']:.3g} "
+                           "samples/s): a speed comparison needs a real NPU", "bench")
+    if not best["cpu"]:
+        return Verdict(FAIL, "the CPU baseline measured nothing", "bench")
+    return Verdict(PASS, f"{best['target'] / best['cpu']:.2f}x the CPU ({best['target']:.3g} vs "
+                         f"{best['cpu']:.3g} samples/s)", "bench")
+
+
+@evaluator("perf.mfu")
+def _perf_mfu(steps: Steps, target: str) -> Verdict:
+    """Bench records' ``mfu`` on the target (known only with a real device whose peak is known)."""
+    recs = _need(steps, "bench").facts.get("records", {}).get("target") or []
+    mfus = [r["mfu"] for r in recs if r.get("mfu") is not None]
+    if not mfus:
+        why = "the emulated NPU has no chip peak" if target == "emulated" else "no published peak for this device"
+        return Verdict(NA, why, "bench")
+    return Verdict(PASS, f"MFU up to {max(mfus):.1%}", "bench")
+
+
+@evaluator("perf.advice")
+def _perf_advice(steps: Steps, target: str) -> Verdict:
+    """migrate's totals: performance advice items (advice.csv)."""
+    n = int(_totals(steps).get("advice") or 0)
+    return Verdict(PASS, f"{n} advice items in advice.csv" if n else "no performance advice for this project",
+                   "migrate")
+
+
+# --- precision ---------------------------------------------------------------------------------------------------
+
+
+def _compare(steps: Steps, key: str) -> dict[str, Any]:
+    d = _need(steps, "compare").facts.get(key) or {}
+    if d.get("skipped"):
+        raise _NotRun("compare", f"ran no {key} comparison ({d['skipped']})")
+    return d
+
+
+@evaluator("prec.lockstep")
+def _prec_lockstep(steps: Steps, target: str) -> Verdict:
+    """Lockstep ``compare_models`` verdict: match."""
+    d = _compare(steps, "lockstep")
+    e2e = d.get("end_to_end") or {}
+    text = f"{d.get('verdict')}: {d.get('matched', 0)} matched calls"
+    if e2e.get("cosine") is not None:
+        text += f", end-to-end cosine {e2e['cosine']:.6f}, relative L2 {e2e.get('rel_l2', 0):.2e}"
+    if d.get("first_divergence"):
+        fd = d["first_divergence"]
+        text += f"; first divergence at {fd.get('name', fd) if isinstance(fd, dict) else fd}"
+    return Verdict(PASS if d.get("verdict") == "match" else FAIL, text, "compare")
+
+
+@evaluator("prec.curves")
+def _prec_curves(steps: Steps, target: str) -> Verdict:
+    """Curves comparison verdict: match (every loss step within the relative band)."""
+    d = _compare(steps, "curves")
+    loss = (d.get("series") or {}).get("loss", {})
+    text = f"{d.get('verdict')} within {d.get('tolerance', 0.05):g}"
+    if loss:
+        text += f" over {loss.get('steps', 0)} steps, largest relative difference {loss.get('max_rel_diff', 0):.2%}"
+    if d.get("first"):
+        text += f"; leaves the band at step {d['first'].get('step')}"
+    return Verdict(PASS if d.get("verdict") == "match" else FAIL, text, "compare")
+
+
+@evaluator("prec.dtype-events")
+def _prec_dtype_events(steps: Steps, target: str) -> Verdict:
+    """The emulator's record: no float64 on the NPU, no fp16 overflow."""
+    emu = _runs(steps).get("target", {}).get("emulator")
+    if emu is None:
+        return Verdict(NA, "needs the emulated NPU's record (the target was not the emulated NPU)", "train")
+    f64, ovf = int(emu.get("float64_events") or 0), int(emu.get("fp16_overflow_events") or 0)
+    return Verdict(PASS if not (f64 or ovf) else FAIL, f"{f64} float64 events, {ovf} fp16 overflow events", "train")
+
+
+# --- deployment --------------------------------------------------------------------------------------------------
+
+
+@evaluator("deploy.backend")
+def _deploy_backend(steps: Steps, target: str) -> Verdict:
+    """No string literal 'nccl' left in the migrated Python files."""
+    hits = _need(steps, "migrate").facts.get("nccl_literals", [])
+    if hits:
+        return Verdict(FAIL, "'nccl' still at " + ", ".join(hits[:5]), "migrate")
+    return Verdict(PASS, "no 'nccl' left in the migrated code (torch.distributed uses hccl)", "migrate")
+
+
+@evaluator("deploy.visible-devices")
+def _deploy_visible(steps: Steps, target: str) -> Verdict:
+    """No read of CUDA_VISIBLE_DEVICES from the environment in the migrated Python files."""
+    hits = _need(steps, "migrate").facts.get("cuda_visible_reads", [])
+    if hits:
+        return Verdict(FAIL, "CUDA_VISIBLE_DEVICES still read at " + ", ".join(hits[:5]), "migrate")
+    return Verdict(PASS, "device selection reads ASCEND_RT_VISIBLE_DEVICES", "migrate")
+
+
+@evaluator("deploy.real-npu")
+def _deploy_real_npu(steps: Steps, target: str) -> Verdict:
+    """Whether the target was a real Ascend NPU."""
+    if target != "npu":
+        return Verdict(NA, "no Ascend NPU here: run `ascendify demo` on an Ascend host to close this item", "train")
+    r = _runs(steps).get("target", {})
+    ok = r.get("returncode") == 0
+    return Verdict(PASS if ok else FAIL, "trained on the Ascend NPU" if ok else f"exit {r.get('returncode')}", "train")

@@ -1,0 +1,302 @@
+"""The demo's outputs for people: ``report.html`` (one self-contained page linking every step's own outputs) and
+the terminal summary (80 columns: a line per step, the checklist, the verdict)."""
+
+from __future__ import annotations
+
+import difflib
+import html
+from pathlib import Path
+from typing import Any
+
+from ascendify import report
+from ascendify.demo import steps as st
+
+_ANCHOR = {"doctor": "doctor", "migrate": "migrate", "train": "train", "compare": "compare", "bench": "bench",
+           "checklist": "checklist", "report": "summary"}
+
+
+def _e(x: Any) -> str:
+    return html.escape("" if x is None else str(x), quote=True)
+
+
+def _secs(x: float) -> str:
+    return f"{x:.1f} s" if x < 100 else f"{x:.0f} s"
+
+
+def _links(sec: report.Section, res: st.StepResult) -> None:
+    files = [f for f in res.files if f]
+    if not files:
+        return
+    items = "".join(f'<li><a href="{_e(_rel(f))}">{_e(_rel(f))}</a></li>' for f in files)
+    sec.html(f'<div class="outputs"><b>Outputs</b><ul>{items}</ul></div>')
+
+
+def _rel(f: str) -> str:
+    p = Path(f)
+    if p.is_absolute():
+        # logs are recorded with their absolute path; the page links them relative to OUT
+        parts = p.parts
+        if "logs" in parts:
+            return "/".join(parts[parts.index("logs"):])
+    return f
+
+
+def _step_verdict(sec: report.Section, res: st.StepResult) -> None:
+    status = {"error": "error", "fail": "fail", "warn": "warn", "ok": "ok"}.get(res.status, "skip")
+    sec.verdict(status, res.headline or res.status,
+                f"{_secs(res.seconds)} wall, {_secs(res.cpu_seconds)} CPU" if res.jobs else None)
+    if res.error:
+        sec.code(res.error, title="what went wrong")
+
+
+def _commands(sec: report.Section, res: st.StepResult) -> None:
+    lines = [j.shown for j in res.jobs if j.shown]
+    if lines:
+        sec.code("\n".join(lines), title="commands (run from the demo's folder; paths shortened)")
+
+
+def html_report(result) -> report.HtmlReport:
+    status, sentence = result.verdict
+    page = report.HtmlReport(
+        "ascendify demo: CUDA project → Ascend NPU",
+        subtitle=f"target: {st.TARGET_LABEL[result.target]} · {'quick' if result.quick else 'default'} sizes · "
+                 f"exit {result.exit_code}",
+    )
+    _summary(page.section("Summary", anchor="summary"), result, status, sentence)
+    _checklist(page.section("Migration checklist", anchor="checklist"), result)
+    for step, fn in (("doctor", _doctor), ("migrate", _migrate), ("train", _train), ("compare", _compare),
+                     ("bench", _bench)):
+        res = result.steps[step]
+        sec = page.section(f"{list(st.STEP_IDS).index(step) + 1}. {res.title}", anchor=_ANCHOR[step])
+        _step_verdict(sec, res)
+        if res.status not in ("skip", "error") or res.facts:
+            try:
+                fn(sec, res, result)
+            except Exception as e:  # noqa: BLE001 (a partial section beats no report)
+                sec.verdict("error", f"this section could not be drawn: {type(e).__name__}: {e}")
+        _commands(sec, res)
+        _links(sec, res)
+    return page
+
+
+def _summary(sec, result, status, sentence) -> None:
+    sec.verdict(status, sentence, result.target_reason)
+    sec.kv({
+        "target": st.TARGET_LABEL[result.target],
+        "sizes": "quick (--quick)" if result.quick else "default",
+        "wall time": f"{result.seconds:.1f} s ({result.lanes} processes at a time)",
+        "CPU time": f"{result.cpu_seconds:.1f} s (all processes)",
+        "exit status": f"{result.exit_code} (0 ok, 1 findings, 3 a step failed)",
+    })
+    rows = []
+    for i, (sid, res) in enumerate(result.steps.items(), 1):
+        rows.append({"n": i, "step": sid, "status": res.status, "time": _secs(res.seconds), "headline": res.headline})
+    cols = [report.Column("n", "#", kind="number"), report.Column("step"), report.Column("status", kind="status"),
+            report.Column("time", align="right"), report.Column("headline")]
+    sec.table(cols, rows)
+    nav = " · ".join(f'<a href="#{_ANCHOR[s]}">{_e(s)}</a>' for s in result.steps if s != "report")
+    sec.html(f"<p>Jump to: {nav}</p>")
+
+
+def _checklist(sec, result) -> None:
+    marks = [i["mark"] for i in result.checklist]
+    status = "fail" if "✗" in marks else "ok"
+    sec.verdict(status, f"{marks.count('✓')} ✓ · {marks.count('✗')} ✗ · {marks.count('n/a')} not applicable",
+                "Each item is evaluated from the steps below; 'see' links to the evidence.")
+    from ascendify.demo import checklist as cl
+
+    for s in cl.sections():
+        rows = [i for i in result.checklist if i["section"] == s["id"]]
+        if not rows:
+            continue
+        body = []
+        for i in rows:
+            cls = {"✓": "st-ok", "✗": "st-fail"}.get(i["mark"], "st-skip")
+            anchor = _ANCHOR.get(i.get("anchor") or i.get("step", ""), "summary")
+            body.append(
+                f'<tr data-item="{_e(i["id"])}" data-mark="{_e(i["mark"])}"><td class="{cls} mark">{_e(i["mark"])}'
+                f'</td><td>{_e(i["question"])}<div class="how">{_e(i["id"])}: {_e(i["how"])}</div></td>'
+                f'<td>{_e(i["evidence"])}</td><td><a href="#{_e(anchor)}">{_e(anchor)}</a></td></tr>')
+        sec.html(
+            f'<h3>{_e(s["title"])}</h3><div class="tablewrap"><table class="checklist"><thead><tr><th></th>'
+            f"<th>question</th><th>evidence</th><th>see</th></tr></thead><tbody>{''.join(body)}</tbody></table></div>"
+        )
+    sec.html("<style>table.checklist td.mark{font-size:16px;text-align:center;width:3em}"
+             "table.checklist .how{color:var(--muted);font-size:12px}"
+             "div.outputs ul{margin:4px 0;columns:2}div.outputs{font-size:13px}</style>")
+
+
+def _doctor(sec, res, result) -> None:
+    checks = list((res.facts.get("checks") or {}).values())
+    rows = [{"status": c.get("status"), "check": c.get("id"), "found": c.get("found")} for c in checks]
+    sec.table([report.Column("status", kind="status"), report.Column("check"), report.Column("found")], rows)
+
+
+def _migrate(sec, res, result) -> None:
+    t = res.facts.get("totals", {})
+    sec.kv({k: t.get(k) for k in ("python_files", "changed", "cuda_sites", "converted", "report_only",
+                                   "unsupported", "api_notes", "advice", "native_ops") if k in t})
+    rows = []
+    for f in res.facts.get("files", []):
+        s = f.get("summary") or {}
+        if not s.get("cuda_sites") and f.get("status") == "unchanged":
+            continue
+        rows.append({"file": f.get("path"), "status": f.get("status"), "CUDA sites": s.get("cuda_sites"),
+                     "converted": s.get("converted"), "reported": s.get("report_only"),
+                     "unsupported": s.get("unsupported"), "advice": s.get("advice")})
+    cols = [report.Column("file", kind="path"), report.Column("status"),
+            *(report.Column(n, kind="number") for n in ("CUDA sites", "converted", "reported", "unsupported",
+                                                         "advice"))]
+    sec.table(cols, rows, caption="files with CUDA code")
+    orig, new = _pair(result)
+    if orig and new:
+        diff = list(difflib.unified_diff(orig.read_text(encoding="utf-8").splitlines(),
+                                         new.read_text(encoding="utf-8").splitlines(),
+                                         f"cuda_project/{st.SCRIPT}", f"npu_project/{st.SCRIPT}", lineterm="", n=1))
+        if diff:
+            shown = diff[:60]
+            more = f"\n… {len(diff) - 60} more diff lines: see migrate/report/changes.csv" if len(diff) > 60 else ""
+            sec.code("\n".join(shown) + more, title=f"{st.SCRIPT}: what migrate changed (unified diff)")
+
+
+def _pair(result) -> tuple[Path | None, Path | None]:
+    from ascendify.demo.runner import find_project
+
+    try:
+        orig = find_project() / st.SCRIPT
+    except Exception:  # noqa: BLE001
+        return None, None
+    new = result.out / "migrate" / "npu_project" / st.SCRIPT
+    return (orig, new) if orig.is_file() and new.is_file() else (None, None)
+
+
+def _train(sec, res, result) -> None:
+    runs = res.facts.get("runs", {})
+    label = {"golden": "original (unmodified) on the CPU, fp32, via ascendify run --to cpu",
+             "target": ("migrated on the " if result.target != "cuda" else "original on the ")
+             + f"{st.TARGET_LABEL[result.target]}, bf16 autocast"}
+    rows, series = [], {}
+    for side in ("target", "golden"):
+        r = runs.get(side, {})
+        h = r.get("history") or {}
+        rows.append({"run": label[side], "steps": len(h.get("step", [])),
+                     "first loss": h["loss"][0] if h.get("loss") else None,
+                     "final loss": h["loss"][-1] if h.get("loss") else None, "time": _secs(r.get("seconds") or 0),
+                     "exit": r.get("returncode") if not r.get("skipped") else r.get("skipped")})
+        if h.get("step"):
+            series["CPU fp32 (original)" if side == "golden" else f"{st.TARGET_LABEL[result.target]} bf16"] = (
+                h["step"], h["loss"])
+    sec.table([report.Column("run"), report.Column("steps", kind="number"), report.Column("first loss",
+               kind="number"), report.Column("final loss", kind="number"), report.Column("time", align="right"),
+               report.Column("exit")], rows)
+    if series:
+        png = report.plots.line_plot(series, title="training loss per step (train_gpt.py)", xlabel="step",
+                                     ylabel="loss")
+        sec.image(png, caption="loss per step: the migrated trainer on the target vs the unmodified original on the CPU")
+    emu = runs.get("target", {}).get("emulator")
+    if emu:
+        sub = sec.section("What the emulated NPU saw", anchor="train-emulator")
+        sub.kv({"ops run": f"{emu.get('ops_run') or 0:,} ({emu.get('distinct_ops')} distinct)",
+                "ops a real NPU runs on its CPU fallback": emu.get("cpu_fallback_on_npu"),
+                "rejected": emu.get("rejected"), "APIs unsupported on every chip": emu.get("unsupported_apis"),
+                "float64 events": emu.get("float64_events"), "fp16 overflow events": emu.get("fp16_overflow_events"),
+                "peak device memory": f"{(emu.get('peak_memory_bytes') or 0) / 2**20:.2f} MiB"})
+    g = runs.get("golden", {})
+    if "redirected" in g:
+        sec.kv({"CUDA APIs redirected to the CPU (ascendify run)": g.get("redirected"),
+                "unsupported": g.get("unsupported"), "unmapped devices": g.get("unmapped")})
+
+
+def _compare(sec, res, result) -> None:
+    ls, cv = res.facts.get("lockstep") or {}, res.facts.get("curves") or {}
+    sub = sec.section("Lockstep: the model, layer by layer", anchor="compare-lockstep")
+    if ls.get("verdict"):
+        st_ = "ok" if ls["verdict"] == "match" else "fail"
+        fd = ls.get("first_divergence")
+        sub.verdict(st_, f"{ls['verdict'].upper()}: {ls.get('target')} vs {ls.get('golden')}",
+                    f"first divergence: {fd}" if fd else f"{ls.get('matched', 0)} matched module calls, none over "
+                                                         "its limit")
+        e2e = ls.get("end_to_end") or {}
+        sub.kv({k: e2e.get(k) for k in ("cosine", "rel_l2", "max_abs", "thousandth", "five_thousandth")
+                if k in e2e})
+        sub.link("compare/lockstep/compare.html", "the full lockstep report (compare/lockstep/compare.html)")
+    else:
+        sub.verdict("skip", str(ls.get("skipped") or "not run"))
+    sub = sec.section("Curves: the two training runs", anchor="compare-curves")
+    if cv.get("verdict"):
+        loss = (cv.get("series") or {}).get("loss") or {}
+        first = cv.get("first")
+        sub.verdict("ok" if cv["verdict"] == "match" else "fail",
+                    f"{cv['verdict'].upper()}: loss within {cv.get('tolerance', 0.05):g} (relative) at every step"
+                    if not first else f"{cv['verdict'].upper()}: loss leaves the band at step {first.get('step')}",
+                    f"A = {cv.get('a')}; B = {cv.get('b')}; largest relative difference "
+                    f"{loss.get('max_rel_diff', 0):.2%}")
+        if loss.get("x"):
+            png = report.plots.line_plot({"A: CPU fp32": (loss["x"], loss["a"]), "B: target bf16": (loss["x"], loss["b"])},
+                                         title="loss: A vs B", xlabel="step", ylabel="loss",
+                                         mark_x=first.get("step") if first else None,
+                                         mark_label="first step outside the band" if first else None)
+            sub.image(png, caption="loss curves compared by ascendify compare --curves")
+        sub.link("compare/curves/curves.html", "the curves report (compare/curves/curves.html)")
+    else:
+        sub.verdict("skip", str(cv.get("skipped") or "not run"))
+
+
+def _bench(sec, res, result) -> None:
+    recs = res.facts.get("records", {})
+    meta = res.facts.get("meta", {})
+    rows = []
+    for key in ("cpu", "target"):
+        for r in recs.get(key, []):
+            m = meta.get(key, {})
+            dev = m.get("device_name") or r.get("device")
+            if m.get("emulated"):
+                dev = f"{dev} (emulated: host speed)"
+            lat = r.get("latency_ms") or {}
+            peak = r.get("peak_memory_bytes")
+            rows.append({"device": dev, "batch": r.get("batch_size"), "status": r.get("status"),
+                         "samples/s": r.get("throughput"), "p50 ms": lat.get("p50"),
+                         "peak MiB": peak / 2**20 if peak else None, "MFU": r.get("mfu")})
+    cols = [report.Column("device"), report.Column("batch", kind="number"), report.Column("status", kind="status"),
+            report.Column("samples/s", kind="number"), report.Column("p50 ms", kind="number"),
+            report.Column("peak MiB", kind="number"), report.Column("MFU", kind="number")]
+    sec.table(cols, rows, caption="ResNetMini (examples/cuda_project/models.py) training steps, fp32")
+    best = res.facts.get("best", {})
+    if best:
+        labels = ["CPU" if k == "cpu" else ("emulated NPU\n(host speed)" if meta.get(k, {}).get("emulated")
+                                             else st.TARGET_LABEL[result.target]) for k in best]
+        png = report.plots.bar_plot(labels, list(best.values()), title="best training throughput",
+                                    ylabel="samples/s", colors=["#4c72b0", "#dd8452"][: len(best)])
+        sec.image(png, caption="samples/s, warm-up excluded"
+                  + ("; the emulated NPU's figure is the host's speed, not an NPU's" if meta.get("target", {}).get(
+                      "emulated") else ""))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# terminal
+
+
+def summary_text(result, width: int | None = None) -> str:
+    """The terminal summary, at most ``width`` columns (default: the terminal's, at most 80)."""
+    from ascendify.report.tables import terminal_width
+
+    width = width or min(80, terminal_width())
+    status, sentence = result.verdict
+    lines = [f"ascendify demo on the {st.TARGET_LABEL[result.target]} "
+             f"({'quick' if result.quick else 'default'} sizes): {result.seconds:.0f} s wall, "
+             f"{result.cpu_seconds:.0f} s CPU"]
+    rows = [{"step": sid, "status": r.status, "time": _secs(r.seconds), "headline": r.headline}
+            for sid, r in result.steps.items()]
+    cols = [report.Column("step"), report.Column("status", kind="status"), report.Column("time", align="right"),
+            report.Column("headline")]
+    lines.append(report.table_text(cols, rows, width=width).rstrip("\n"))
+    lines.append(_wrap(f"{status.upper()}: {sentence}", width))
+    lines.append(_wrap(f"report: {result.out / 'report.html'}", width))
+    return "\n".join(lines)
+
+
+def _wrap(text: str, width: int) -> str:
+    import textwrap
+
+    return "\n".join(textwrap.wrap(text, width=width, subsequent_indent="  ", break_on_hyphens=False,
+                                   break_long_words=True))
