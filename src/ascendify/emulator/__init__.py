@@ -32,6 +32,7 @@ __all__ = [
     "NpuFidelityError",
     "Settings",
     "enable",
+    "explain_exception",
     "is_enabled",
     "report",
     "reset_report",
@@ -111,6 +112,14 @@ def _install_peer_hooks() -> None:
         install = getattr(mod, "install", None)
         if callable(install):
             install()
+
+
+def explain_exception(exc: BaseException) -> str | None:
+    """What to tell a user whose program died of ``exc`` under the emulator (a CUDA script that was never
+    migrated...), or None; for program runners to print after the traceback."""
+    from ascendify.emulator.api.cuda_hint import explain_exception as explain
+
+    return explain(exc)
 
 
 def report() -> dict:

@@ -78,7 +78,7 @@ def _hooks_and_guard():
 
 def install() -> int:
     """Register the backend; returns the number of directly registered kernels."""
-    from ascendify.emulator.api import accelerator, unsupported
+    from ascendify.emulator.api import accelerator, cuda_hint, unsupported
     from ascendify.emulator.api import npu as npu_module
     from ascendify.emulator.device import autograd_engine, layouts, patches
     from ascendify.emulator.ops import kernels
@@ -104,6 +104,7 @@ def install() -> int:
     patches.install()
     unsupported.install()
     accelerator.install()
+    cuda_hint.install()
     from ascendify.emulator.device import hostmem
 
     hostmem.tune()

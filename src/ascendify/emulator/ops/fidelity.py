@@ -71,6 +71,7 @@ def float64(name: str, dtype: torch.dtype) -> None:
         "(many kernels reject it or run it slowly); use float32."
     )
     if mode == "error":
+        _rec.rejected["float64:" + name] += 1
         raise NpuFidelityError(msg + " (emulator float64 policy 'error')")
     _warn_once("f64:" + name, msg)
 
@@ -97,6 +98,7 @@ def fp16_overflow(name: str, dtype: torch.dtype) -> None:
         "(on 910A chips it saturates instead; use GradScaler or bf16/fp32 for this op)."
     )
     if _settings.fp16_overflow == "error":
+        _rec.rejected["fp16_overflow:" + name] += 1
         raise NpuFidelityError(msg + " (emulator fp16_overflow 'error')")
     _warn_once("ovf:" + name, msg)
 

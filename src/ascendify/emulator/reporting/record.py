@@ -27,7 +27,8 @@ class Recorder:
             return
         self.ops: Counter = Counter()  # op object (or name) -> calls
         self.no_npu_kernel: Counter = Counter()  # "lgamma" -> calls: CPU fallback on a real NPU
-        self.rejected: Counter = Counter()  # raised in fidelity mode "error"
+        # raised because a setting is "error": "lgamma" / "torch.nn.X" (fidelity), "float64:op", "fp16_overflow:op"
+        self.rejected: Counter = Counter()
         self.unsupported_apis: Counter = Counter()  # "torch.nn.functional.pdist" -> calls
         self.float64: Counter = Counter()  # op name -> events
         self.fp16_overflow: Counter = Counter()  # op name -> events

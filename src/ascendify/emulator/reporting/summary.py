@@ -41,7 +41,7 @@ def render(rep: dict, console=None, top: int = 10) -> None:
     t.add_column("value", justify="right")
     t.add_row("ops run on the emulated npu", f"{rep['ops_run']:,} ({rep['distinct_ops']} distinct)")
     t.add_row("ops a real NPU runs on its CPU fallback", str(sum(rep["cpu_fallback_on_npu"].values())))
-    t.add_row("rejected (fidelity mode error)", str(sum(rep["rejected"].values())))
+    t.add_row("rejected (a setting in mode error)", str(sum(rep["rejected"].values())))
     t.add_row("APIs unsupported on every chip", str(sum(rep["unsupported_apis"].values())))
     t.add_row("float64 events", str(sum(rep["float64_events"].values())))
     t.add_row("fp16 overflow events", str(sum(rep["fp16_overflow_events"].values())))
