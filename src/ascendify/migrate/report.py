@@ -292,7 +292,7 @@ def next_steps(report: dict[str, Any], results: list[FileResult], *, mode: str, 
                              f"     ascendify emulate -- python {entry} ...")
             else:
                 steps.append(f"run it anywhere (NPU, CUDA, CPU...): python {entry} ...")
-    elif mode in ("analyse", "check", "diff") and (t["changed"] or manual):
+    elif mode in ("analyse", "check", "diff") and t["changed"]:
         src = " ".join(str(p) for p in inputs)
         steps.append(f"write the converted code: ascendify migrate {src} -o OUTDIR --to {report['target']}")
     if steps:
