@@ -39,7 +39,7 @@ _installed: list[bool] = []
 def message(device_ids) -> str:
     """The error text for a ``DataParallel`` over ``device_ids``.
 
-    >>> message([0, 1]).split(":")[0]
+    >>> message([0, 1]).split(": ")[0]
     'torch.nn.DataParallel on npu (npu:0, npu:1) is not supported on Ascend NPUs'
     """
     return MESSAGE.format(n=max(len(device_ids), 2), devices=", ".join(f"npu:{i}" for i in device_ids))

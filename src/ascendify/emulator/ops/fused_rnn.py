@@ -93,10 +93,3 @@ def gru_cell_backward(grad_hy, workspace, has_bias):
     gh_b = adopt(g_hidden.sum(0), k) if has_bias else None
     return adopt(g_input, k), adopt(g_hidden, k), adopt(d_hx, k), gi_b, gh_b
 
-
-KERNELS = {
-    "_thnn_fused_lstm_cell": lstm_cell,
-    "_thnn_fused_lstm_cell_backward_impl": lstm_cell_backward_impl,
-    "_thnn_fused_gru_cell": gru_cell,
-    "_thnn_fused_gru_cell_backward": gru_cell_backward,
-}

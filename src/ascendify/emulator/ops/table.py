@@ -80,7 +80,11 @@ _ENTRIES: dict[str, OpPolicy] = {
     **{name: OpPolicy(cpu_args_ok=True, fast_path=False) for name in (
         "index.Tensor", "index_put", "index_put_", "_index_put_impl_", "_unsafe_index.Tensor",
         "_unsafe_index_put", "index.Tensor_out", "index_put.out", "_index_put_impl.out", "equal")},
-    **{name: OpPolicy(kernel=fn) for name, fn in fused_rnn.KERNELS.items()},
+    # the fused RNN cells PyTorch calls on accelerators (no CPU kernel exists)
+    "_thnn_fused_lstm_cell": OpPolicy(kernel=fused_rnn.lstm_cell),
+    "_thnn_fused_lstm_cell_backward_impl": OpPolicy(kernel=fused_rnn.lstm_cell_backward_impl),
+    "_thnn_fused_gru_cell": OpPolicy(kernel=fused_rnn.gru_cell),
+    "_thnn_fused_gru_cell_backward": OpPolicy(kernel=fused_rnn.gru_cell_backward),
 }
 
 _table: dict[str, OpPolicy] = {}
