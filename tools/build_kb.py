@@ -567,6 +567,9 @@ def build_from_wheel(whl: Path, ref: Path) -> tuple[dict, dict]:
             **policies,
             "fp32_append_dtype": append,
             "registration_order": [e["op"] for e in autocast["registrations"]],
+            # what each registered kernel was seen doing (cached_cast calls, casts to float32, autocast-dtype
+            # lookups, prioritize, the aten ops it calls, an error path), the ground for its policy
+            "evidence": {e["op"]: e["evidence"] for e in autocast["registrations"]},
         },
     }
 
