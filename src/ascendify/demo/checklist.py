@@ -241,7 +241,7 @@ def _perf_measured(steps: Steps, target: str) -> Verdict:
     bad = [r for r in recs if r.get("status") not in ("ok", "oom")]
     best = b.get("best", {}).get("target", 0.0)
     label = " (emulated NPU: host speed)" if b.get("meta", {}).get("target", {}).get("emulated") else ""
-    text = f"{len(recs)} runs, best {best:.3g} samples/s{label}"
+    text = f"{len(recs)} run{'s' if len(recs) != 1 else ''}, best {best:.3g} samples/s{label}"
     return Verdict(FAIL if bad else PASS, text + (f"; {len(bad)} failed" if bad else ""), "bench")
 
 

@@ -50,12 +50,41 @@ def _step_verdict(sec: report.Section, res: st.StepResult) -> None:
 
 
 def _commands(sec: report.Section, res: st.StepResult) -> None:
-    lines = [j.shown for j in res.jobs if j.shown]
+    lines = [wrap_command(j.shown) for j in res.jobs if j.shown]
     if lines:
-        sec.code("\n".join(lines), title="commands (run from the demo's folder; paths shortened)")
+        sec.code("\n".join(lines), title="commands (paths relative to the demo's folder)")
+
+
+def wrap_command(cmd: str, width: int = 100) -> str:
+    """A long shell command broken into ``\\``-continued lines at argument boundaries (``--flag value`` together).
+
+    >>> print(wrap_command("ascendify run --to cpu train.py --steps 4 --batch-size 2", width=30))
+    ascendify run --to cpu \\
+        train.py --steps 4 \\
+        --batch-size 2
+    """
+    import shlex
+
+    words = shlex.split(cmd)
+    groups: list[str] = []
+    for w in words:
+        if groups and not w.startswith("-") and groups[-1].startswith("-") and " " not in groups[-1]:
+            groups[-1] += " " + shlex.quote(w)
+        else:
+            groups.append(shlex.quote(w))
+    lines, cur = [], ""
+    for g in groups:
+        if cur and len(cur) + 1 + len(g) > width - 2:
+            lines.append(cur)
+            cur = "    " + g
+        else:
+            cur = f"{cur} {g}" if cur else g
+    lines.append(cur)
+    return " \\\n".join(lines)
 
 
 def html_report(result) -> report.HtmlReport:
+    _PNG_CACHE.clear()
     status, sentence = result.verdict
     page = report.HtmlReport(
         "ascendify demo: CUDA project → Ascend NPU",
@@ -90,10 +119,14 @@ def _summary(sec, result, status, sentence) -> None:
     })
     rows = []
     for i, (sid, res) in enumerate(result.steps.items(), 1):
-        rows.append({"n": i, "step": sid, "status": res.status, "time": _secs(res.seconds), "headline": res.headline})
+        rows.append({"n": i, "step": sid, "status": res.status, "time": _secs(res.seconds),
+                     "CPU": _secs(res.cpu_seconds) if res.jobs else "", "headline": res.headline})
     cols = [report.Column("n", "#", kind="number"), report.Column("step"), report.Column("status", kind="status"),
-            report.Column("time", align="right"), report.Column("headline")]
+            report.Column("time", align="right"), report.Column("CPU", align="right"), report.Column("headline")]
     sec.table(cols, rows)
+    figs = [(p, c) for p, c in ((loss_png(result), LOSS_CAPTION), (bench_png(result), bench_caption(result))) if p]
+    if figs:
+        sec.html(_figs_html(figs))
     nav = " · ".join(f'<a href="#{_ANCHOR[s]}">{_e(s)}</a>' for s in result.steps if s != "report")
     sec.html(f"<p>Jump to: {nav}</p>")
 
@@ -118,11 +151,14 @@ def _checklist(sec, result) -> None:
                 f'</td><td>{_e(i["question"])}<div class="how">{_e(i["id"])}: {_e(i["how"])}</div></td>'
                 f'<td>{_e(i["evidence"])}</td><td><a href="#{_e(anchor)}">{_e(anchor)}</a></td></tr>')
         sec.html(
-            f'<h3>{_e(s["title"])}</h3><div class="tablewrap"><table class="checklist"><thead><tr><th></th>'
+            f'<h3>{_e(s["title"])}</h3><div><table class="checklist"><thead><tr><th></th>'
             f"<th>question</th><th>evidence</th><th>see</th></tr></thead><tbody>{''.join(body)}</tbody></table></div>"
         )
     sec.html("<style>table.checklist td.mark{font-size:16px;text-align:center;width:3em}"
+             "table.checklist{width:100%;table-layout:fixed}table.checklist th:nth-child(2){width:46%}"
+             "table.checklist th:nth-child(4){width:6em}table.checklist th:first-child{width:3em}"
              "table.checklist .how{color:var(--muted);font-size:12px}"
+             "div.figs{display:flex;gap:12px;flex-wrap:wrap}div.figs figure{flex:1 1 440px;margin:0}"
              "div.outputs ul{margin:4px 0;columns:2}div.outputs{font-size:13px}</style>")
 
 
@@ -154,9 +190,27 @@ def _migrate(sec, res, result) -> None:
                                          new.read_text(encoding="utf-8").splitlines(),
                                          f"cuda_project/{st.SCRIPT}", f"npu_project/{st.SCRIPT}", lineterm="", n=1))
         if diff:
-            shown = diff[:60]
-            more = f"\n… {len(diff) - 60} more diff lines: see migrate/report/changes.csv" if len(diff) > 60 else ""
-            sec.code("\n".join(shown) + more, title=f"{st.SCRIPT}: what migrate changed (unified diff)")
+            sec.html(diff_html(diff[2:], limit=60, title=f"{st.SCRIPT}: what migrate changed (unified diff)",
+                               more="see migrate/report/changes.csv and the migrated copy"))
+
+
+def diff_html(lines: list[str], *, limit: int, title: str, more: str) -> str:
+    """A unified diff as coloured lines (added green, removed red, hunk headers grey), ``limit`` lines at most.
+
+    >>> "del" in diff_html(["@@ -1 +1 @@", "-a", "+b"], limit=10, title="t", more="")
+    True
+    """
+    style = {"+": "background:#e6ffec", "-": "background:#ffebe9", "@": "color:#6e7781;background:#f6f8fa"}
+    out = []
+    for line in lines[:limit]:
+        css = style.get(line[:1], "")
+        tag = {"+": "ins", "-": "del"}.get(line[:1], "span")
+        out.append(f'<{tag} class="line" style="display:block;text-decoration:none;padding:0 10px;{css}">'
+                   f"{_e(line) or ' '}</{tag}>")
+    if len(lines) > limit:
+        out.append(f'<span class="line" style="display:block;padding:0 10px;color:#6e7781">… {len(lines) - limit} '
+                   f"more lines: {_e(more)}</span>")
+    return f'<div><code>{_e(title)}</code></div><pre class="code diff">{"".join(out)}</pre>'
 
 
 def _pair(result) -> tuple[Path | None, Path | None]:
@@ -175,7 +229,7 @@ def _train(sec, res, result) -> None:
     label = {"golden": "original (unmodified) on the CPU, fp32, via ascendify run --to cpu",
              "target": ("migrated on the " if result.target != "cuda" else "original on the ")
              + f"{st.TARGET_LABEL[result.target]}, bf16 autocast"}
-    rows, series = [], {}
+    rows = []
     for side in ("target", "golden"):
         r = runs.get(side, {})
         h = r.get("history") or {}
@@ -183,16 +237,12 @@ def _train(sec, res, result) -> None:
                      "first loss": h["loss"][0] if h.get("loss") else None,
                      "final loss": h["loss"][-1] if h.get("loss") else None, "time": _secs(r.get("seconds") or 0),
                      "exit": r.get("returncode") if not r.get("skipped") else r.get("skipped")})
-        if h.get("step"):
-            series["CPU fp32 (original)" if side == "golden" else f"{st.TARGET_LABEL[result.target]} bf16"] = (
-                h["step"], h["loss"])
     sec.table([report.Column("run"), report.Column("steps", kind="number"), report.Column("first loss",
                kind="number"), report.Column("final loss", kind="number"), report.Column("time", align="right"),
                report.Column("exit")], rows)
-    if series:
-        png = report.plots.line_plot(series, title="training loss per step (train_gpt.py)", xlabel="step",
-                                     ylabel="loss")
-        sec.image(png, caption="loss per step: the migrated trainer on the target vs the unmodified original on the CPU")
+    png = loss_png(result)
+    if png:
+        sec.image(png, caption=LOSS_CAPTION)
     emu = runs.get("target", {}).get("emulator")
     if emu:
         sub = sec.section("What the emulated NPU saw", anchor="train-emulator")
@@ -217,8 +267,10 @@ def _compare(sec, res, result) -> None:
                     f"first divergence: {fd}" if fd else f"{ls.get('matched', 0)} matched module calls, none over "
                                                          "its limit")
         e2e = ls.get("end_to_end") or {}
-        sub.kv({k: e2e.get(k) for k in ("cosine", "rel_l2", "max_abs", "thousandth", "five_thousandth")
-                if k in e2e})
+        names = {"cosine": "cosine similarity", "rel_l2": "relative L2 error", "max_abs": "max absolute error",
+                 "thousandth": "share within 1/1000", "five_thousandth": "share within 5/1000"}
+        sub.kv({names[k]: (f"{e2e[k]:.6f}" if k == "cosine" else e2e[k]) for k in names
+                if isinstance(e2e.get(k), (int, float))})
         sub.link("compare/lockstep/compare.html", "the full lockstep report (compare/lockstep/compare.html)")
     else:
         sub.verdict("skip", str(ls.get("skipped") or "not run"))
@@ -242,6 +294,56 @@ def _compare(sec, res, result) -> None:
         sub.verdict("skip", str(cv.get("skipped") or "not run"))
 
 
+LOSS_CAPTION = "loss per step: the migrated trainer on the target (bf16) vs the unmodified original on the CPU (fp32)"
+_PNG_CACHE: dict[tuple[int, str], bytes | None] = {}
+
+
+def loss_png(result) -> bytes | None:
+    """Both training runs' loss per step in one plot (None when neither ran)."""
+    key = (id(result), "loss")
+    if key not in _PNG_CACHE:
+        runs = result.steps["train"].facts.get("runs", {})
+        series = {}
+        for side, label in (("target", f"{st.TARGET_LABEL[result.target]}, bf16"), ("golden", "CPU, fp32 (original)")):
+            h = runs.get(side, {}).get("history") or {}
+            if h.get("step"):
+                series[label] = (h["step"], h["loss"])
+        _PNG_CACHE[key] = report.plots.line_plot(
+            series, title="training loss per step (train_gpt.py)", xlabel="step", ylabel="loss",
+            markers=len(next(iter(series.values()))[0]) <= 40) if series else None
+    return _PNG_CACHE[key]
+
+
+def bench_png(result) -> bytes | None:
+    """Best training throughput per device, as bars (None when bench did not run)."""
+    key = (id(result), "bench")
+    if key not in _PNG_CACHE:
+        facts = result.steps["bench"].facts
+        best, meta = facts.get("best", {}), facts.get("meta", {})
+        png = None
+        if best:
+            labels = ["CPU" if k == "cpu" else ("emulated NPU (host speed)" if meta.get(k, {}).get("emulated")
+                                                 else st.TARGET_LABEL[result.target]) for k in best]
+            png = report.plots.bar_plot(labels, list(best.values()), title="best training throughput (ResNetMini)",
+                                        ylabel="samples/s", colors=["#4c72b0", "#dd8452"][: len(best)])
+        _PNG_CACHE[key] = png
+    return _PNG_CACHE[key]
+
+
+def bench_caption(result) -> str:
+    emulated = result.steps["bench"].facts.get("meta", {}).get("target", {}).get("emulated")
+    return "samples/s, warm-up excluded" + ("; the emulated NPU's figure is the host's speed, not an NPU's"
+                                            if emulated else "")
+
+
+def _figs_html(figs: list[tuple[bytes, str]]) -> str:
+    import base64
+
+    parts = [f'<figure><img alt="{_e(c)}" src="data:image/png;base64,{base64.b64encode(p).decode("ascii")}">'
+             f"<figcaption>{_e(c)}</figcaption></figure>" for p, c in figs]
+    return f'<div class="figs">{"".join(parts)}</div>'
+
+
 def _bench(sec, res, result) -> None:
     recs = res.facts.get("records", {})
     meta = res.facts.get("meta", {})
@@ -261,15 +363,9 @@ def _bench(sec, res, result) -> None:
             report.Column("samples/s", kind="number"), report.Column("p50 ms", kind="number"),
             report.Column("peak MiB", kind="number"), report.Column("MFU", kind="number")]
     sec.table(cols, rows, caption="ResNetMini (examples/cuda_project/models.py) training steps, fp32")
-    best = res.facts.get("best", {})
-    if best:
-        labels = ["CPU" if k == "cpu" else ("emulated NPU\n(host speed)" if meta.get(k, {}).get("emulated")
-                                             else st.TARGET_LABEL[result.target]) for k in best]
-        png = report.plots.bar_plot(labels, list(best.values()), title="best training throughput",
-                                    ylabel="samples/s", colors=["#4c72b0", "#dd8452"][: len(best)])
-        sec.image(png, caption="samples/s, warm-up excluded"
-                  + ("; the emulated NPU's figure is the host's speed, not an NPU's" if meta.get("target", {}).get(
-                      "emulated") else ""))
+    png = bench_png(result)
+    if png:
+        sec.image(png, caption=bench_caption(result))
 
 
 # ---------------------------------------------------------------------------------------------------------------

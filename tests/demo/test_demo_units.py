@@ -1,0 +1,245 @@
+"""The demo's parts without running the verbs: the job runner (dependencies, time limits, CPU time), the
+checklist (data and evaluators), the output folder rules, --skip, --json, a crashed step (report still written,
+exit 3), and a front-end that imports nothing heavy. Each test takes a second or two."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ascendify import knowledge
+from ascendify.demo import checklist as cl
+from ascendify.demo import jobs as jb
+from ascendify.demo import runner
+from ascendify.demo import steps as st
+from ascendify.demo.steps import StepResult
+
+ALL = ",".join(st.STEP_IDS)
+
+
+def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ASCENDIFY_")}
+    env["COLUMNS"] = "80"
+    return subprocess.run([sys.executable, "-m", "ascendify", "demo", *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=300, env=env)
+
+
+# --- jobs ----------------------------------------------------------------------------------------------------------
+
+
+def _py(name: str, code: str, **kw) -> jb.Job:
+    return jb.Job(name, "doctor", ["-c", code], python=True, **kw)
+
+
+def test_jobs_run_in_dependency_order_and_record_cpu_time(tmp_path):
+    a = _py("a", "import time; t = time.process_time()\nwhile time.process_time() - t < 0.3: pass\nprint('A')")
+    b = _py("b", "print('B')", deps=("a",))
+    done = []
+    jb.run_jobs([b, a], lanes=2, log_dir=tmp_path, on_done=lambda j: done.append(j.name))
+    assert done == ["a", "b"]  # b waited for a although listed first
+    assert a.returncode == 0 and a.output.strip() == "A" and a.cpu_seconds >= 0.25
+    assert Path(a.log).read_text().startswith("$ ")
+
+
+def test_a_failed_dependency_skips_its_dependents_and_exit_1_is_a_finding(tmp_path):
+    crash = _py("crash", "raise SystemExit(5)")
+    after = _py("after", "print('never')", deps=("crash",))
+    finding = _py("finding", "raise SystemExit(1)")
+    later = _py("later", "print('ran')", deps=("finding",))
+    jb.run_jobs([crash, after, finding, later], lanes=1, log_dir=None)
+    assert crash.returncode == 5 and after.returncode is None and "crash, which failed (exit 5)" in after.skipped
+    assert later.returncode == 0 and later.output.strip() == "ran"
+
+
+def test_a_job_past_its_time_limit_is_stopped():
+    slow = _py("slow", "import time; time.sleep(60)", timeout=1.0)
+    jb.run_jobs([slow], lanes=1, log_dir=None)
+    assert slow.timed_out and slow.seconds < 30 and not slow.ok
+
+
+def test_child_env_splits_threads_and_drops_emulation(monkeypatch):
+    monkeypatch.setenv("ASCENDIFY_EMULATE", "npu")
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    env = jb.child_env(2, extra={"X": "1"})
+    assert "ASCENDIFY_EMULATE" not in env and env["X"] == "1"
+    assert env["OMP_NUM_THREADS"] == str(max(1, (os.cpu_count() or 1) // 2))
+
+
+def test_history_parser_reads_the_trainer_log():
+    log = ("model: 0.03M parameters\nstep     0 | loss 4.1206 | lr 3.00e-04 | 223.6 ms | 143 tok/s | mem 0.3 MiB\n"
+           "step     1 | loss 4.1562 | lr 6.00e-04 | 130.4 ms | 245 tok/s | mem 0.3 MiB\n{\"final_loss\": 4.15}\n")
+    h = st.parse_history(log)
+    assert h == {"step": [0, 1], "loss": [4.1206, 4.1562], "lr": [3e-4, 6e-4], "step_time_ms": [223.6, 130.4]}
+    assert st.parse_history("nothing here")["step"] == []
+
+
+# --- checklist -----------------------------------------------------------------------------------------------------
+
+
+def test_every_checklist_item_has_an_evaluator_with_a_doc_and_back():
+    data = knowledge.load("migration_checklist")
+    assert data["provenance"]["source"]
+    ids = [i["id"] for i in data["items"]]
+    assert len(ids) == len(set(ids))
+    assert set(ids) == set(cl.EVALUATORS)
+    sections = {s["id"] for s in data["sections"]}
+    assert sections == {"environment", "code", "performance", "precision", "deployment"}
+    for item in data["items"]:
+        assert item["section"] in sections and item["question"].endswith("?") and item["how"], item["id"]
+        assert item["step"] in st.STEP_IDS, item["id"]
+        assert (cl.EVALUATORS[item["id"]].__doc__ or "").strip(), item["id"]
+
+
+def _steps(**facts) -> dict[str, StepResult]:
+    return {k: StepResult(k, status="ok", facts=v) for k, v in facts.items()}
+
+
+def test_precision_items_fail_on_a_divergence():
+    steps = _steps(compare={
+        "lockstep": {"verdict": "divergence", "matched": 3, "first_divergence": {"name": "blocks.1.attn"},
+                     "end_to_end": {"cosine": 0.7, "rel_l2": 0.4}},
+        "curves": {"verdict": "divergence", "tolerance": 0.05, "first": {"step": 3},
+                   "series": {"loss": {"steps": 5, "max_rel_diff": 0.2}}}})
+    lock = cl.evaluate_item("prec.lockstep", steps, "emulated")
+    assert lock.mark == "✗" and "blocks.1.attn" in lock.evidence and lock.anchor == "compare"
+    curves = cl.evaluate_item("prec.curves", steps, "emulated")
+    assert curves.mark == "✗" and "step 3" in curves.evidence
+
+
+def test_emulator_record_items():
+    clean = {"ops_run": 10, "distinct_ops": 3, "cpu_fallback_on_npu": 0, "rejected": 0, "unsupported_apis": 0,
+             "float64_events": 0, "fp16_overflow_events": 0}
+    ok = _steps(train={"runs": {"target": {"emulator": clean}}})
+    assert cl.evaluate_item("code.no-cpu-fallback", ok, "emulated").mark == "✓"
+    assert cl.evaluate_item("prec.dtype-events", ok, "emulated").mark == "✓"
+    bad = _steps(train={"runs": {"target": {"emulator": {**clean, "cpu_fallback_on_npu": 2, "float64_events": 1}}}})
+    v = cl.evaluate_item("code.no-cpu-fallback", bad, "emulated")
+    assert v.mark == "✗" and "cpu_fallback_on_npu: 2" in v.evidence
+    assert cl.evaluate_item("prec.dtype-events", bad, "emulated").mark == "✗"
+    real = _steps(train={"runs": {"target": {"returncode": 0}}})
+    assert cl.evaluate_item("code.no-cpu-fallback", real, "npu").mark == "n/a"
+    assert cl.evaluate_item("deploy.real-npu", real, "npu").mark == "✓"
+
+
+def test_steps_that_did_not_run_or_crashed_make_items_not_applicable_with_the_reason():
+    skipped = {"bench": StepResult("bench", status="skip", headline="skipped (--skip)")}
+    v = cl.evaluate_item("perf.measured", skipped, "emulated")
+    assert v.mark == "n/a" and "did not run (skipped (--skip))" in v.evidence
+    crashed = {"migrate": StepResult("migrate", status="error", headline="boom")}
+    v = cl.evaluate_item("code.sites-accounted", crashed, "emulated")
+    assert v.mark == "n/a" and "failed" in v.evidence
+
+
+def test_migration_items_read_the_totals():
+    t = {"cuda_sites": 10, "converted": 8, "report_only": 1, "unsupported": 1, "accounted_share": 1.0, "skipped": 0,
+         "unclaimed": 0, "native_ops": 0, "advice": 2}
+    steps = _steps(migrate={"totals": t, "nccl_literals": ["train.py:3"], "cuda_visible_reads": []})
+    assert cl.evaluate_item("code.sites-accounted", steps, "emulated").mark == "✓"
+    assert cl.evaluate_item("code.custom-ops", steps, "emulated").mark == "n/a"
+    v = cl.evaluate_item("deploy.backend", steps, "emulated")
+    assert v.mark == "✗" and "train.py:3" in v.evidence
+    assert cl.evaluate_item("deploy.visible-devices", steps, "emulated").mark == "✓"
+    steps["migrate"].facts["totals"] = {**t, "accounted_share": 0.9}
+    assert cl.evaluate_item("code.sites-accounted", steps, "emulated").mark == "✗"
+
+
+def test_environment_scans_of_the_migrated_tree(tmp_path):
+    (tmp_path / "a.py").write_text('import os\nv = os.environ.get("CUDA_VISIBLE_DEVICES")\n'
+                                   'print("CUDA_VISIBLE_DEVICES is ignored")\nb = "nccl"  # backend\n'
+                                   '# "nccl" in a comment\n')
+    assert st._env_reads(tmp_path, "CUDA_VISIBLE_DEVICES") == ["a.py:2"]
+    assert st._literal_count(tmp_path, "nccl") == ["a.py:4"]
+
+
+# --- the command ---------------------------------------------------------------------------------------------------
+
+
+def test_everything_skipped_still_writes_the_report_and_json(tmp_path):
+    p = _cli("--quick", "--skip", ALL, "--json", "--out", str(tmp_path / "o"), cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    data = json.loads(p.stdout)
+    assert {s["id"]: s["status"] for s in data["steps"]} == {**{s: "skip" for s in st.STEP_IDS},
+                                                             "checklist": "ok", "report": "ok"}
+    assert data["checklist"]["n/a"] == len(data["checklist"]["items"]) and data["checklist"]["fail"] == 0
+    assert (tmp_path / "o" / "report.html").is_file() and (tmp_path / "o" / "demo.json").is_file()
+    assert json.loads((tmp_path / "o" / "demo.json").read_text())["verdict"] == data["verdict"]
+
+
+def test_out_folder_rules(tmp_path):
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "mine.txt").write_text("keep me")
+    p = _cli("--skip", ALL, "--out", str(foreign), cwd=tmp_path)
+    assert p.returncode == 2 and str(foreign) in p.stderr and "--force" in p.stderr
+    assert sorted(x.name for x in foreign.iterdir()) == ["mine.txt"]  # nothing written
+    p = _cli("--skip", ALL, "--out", str(foreign), "--force", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert (foreign / "mine.txt").read_text() == "keep me" and (foreign / "report.html").is_file()
+    # an earlier demo's folder is reused without --force, its old outputs cleared
+    (foreign / "logs").mkdir()
+    (foreign / "logs" / "stale.log").write_text("old")
+    p = _cli("--skip", ALL, "--out", str(foreign), cwd=tmp_path)
+    assert p.returncode == 0 and not (foreign / "logs" / "stale.log").exists()
+    a_file = tmp_path / "file"
+    a_file.write_text("x")
+    assert _cli("--skip", ALL, "--out", str(a_file), cwd=tmp_path).returncode == 2
+
+
+def test_usage_errors(tmp_path):
+    p = _cli("--skip", "bogus", "--out", str(tmp_path / "o"), cwd=tmp_path)
+    assert p.returncode == 2 and "bogus" in p.stderr and "doctor" in p.stderr
+    p = _cli("--jobs", "0", "--out", str(tmp_path / "o"), cwd=tmp_path)
+    assert p.returncode == 2
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_crashed_step_is_shown_in_the_report_and_exits_3(tmp_path, monkeypatch):
+    real = st.build_jobs
+
+    def crashing(ctx):
+        jobs = real(ctx)
+        for j in jobs:
+            if j.name == "doctor":
+                j.argv, j.python = ["-c", "import sys; print('doctor exploded here'); sys.exit(7)"], True
+            else:
+                j.skipped = "skipped (test)"
+        return jobs
+
+    monkeypatch.setattr(st, "build_jobs", crashing)
+    result = runner.run_demo(runner.DemoOptions(out=tmp_path / "o", quick=True, device="cpu", lanes=1))
+    assert result.exit_code == runner.EXIT_STEP_FAILED
+    doctor = result.steps["doctor"]
+    assert doctor.status == "error" and "status 7" in doctor.error and "doctor exploded here" in doctor.error
+    assert result.verdict[0] == "error" and "doctor" in result.verdict[1]
+    page = (tmp_path / "o" / "report.html").read_text()
+    assert "doctor exploded here" in page and 'data-status="error"' in page
+    data = json.loads((tmp_path / "o" / "demo.json").read_text())
+    assert data["verdict"]["exit_code"] == 3
+    # the checklist's doctor items say why they were not evaluated
+    env_items = [i for i in data["checklist"]["items"] if i["step"] == "doctor"]
+    assert all(i["mark"] == "n/a" and "doctor step failed" in i["evidence"] for i in env_items)
+
+
+def test_front_end_and_package_import_nothing_heavy():
+    code = ("import sys, ascendify.commands.demo, ascendify.demo, ascendify.demo.checklist, ascendify.demo.render\n"
+            "heavy = [m for m in ('torch', 'numpy', 'matplotlib') if m in sys.modules]\n"
+            "assert not heavy, heavy")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+
+
+@pytest.mark.parametrize("device", ["cpu", "auto", "npu"])
+def test_target_without_accelerators_is_the_emulated_npu(device):
+    from ascendify import devices
+
+    if devices.torch_npu_installed():
+        pytest.skip("a real torch_npu is installed here")
+    if device == "auto" and __import__("shutil").which("nvidia-smi"):
+        pytest.skip("a GPU may be present")
+    target, why = runner.resolve_target(device)
+    assert target == "emulated" and why
