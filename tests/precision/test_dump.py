@@ -361,3 +361,21 @@ def test_bad_arguments():
         dump(None, "x", mode="pictures")
     with pytest.raises(TypeError, match="torch.nn.Module"):
         dump("model", "x")
+
+
+def test_copies_reuse_statistics_but_not_the_fingerprint(tmp_path):
+    class M(nn.Module):
+        def forward(self, x):
+            y = x * 3.0
+            return y.t().contiguous().reshape(-1)
+
+    x = torch.randn(5, 7)
+    m = M()
+    with dump(m, tmp_path / "c", backward=False):
+        out = m(x)
+    by = load_dump(tmp_path / "c").by_name()
+    cont = by["Tensor.contiguous.0.forward"].outputs[0]
+    ref = _stats((x * 3.0).t().contiguous())
+    assert (cont.max, cont.min) == (ref.max, ref.min) and cont.norm == pytest.approx(ref.norm, rel=1e-6)
+    assert cont.fingerprint == pytest.approx(ref.fingerprint, rel=1e-5)  # of the copy's own positions
+    assert by["Tensor.reshape.0.forward"].outputs[0].fingerprint == pytest.approx(_stats(out).fingerprint, rel=1e-5)

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import linecache
+import math
 import os
 import shutil
 import sys
@@ -55,6 +56,11 @@ _SKIP_TENSOR_METHODS = frozenset(
     __getstate__ __reversed__ has_names __torch_function__ _typed_storage is_shared share_memory_ dim_order
     is_pinned type nelement ndimension _version""".split()
 )
+
+# API calls whose output holds exactly its first input's values (another layout, device or a copy)
+_COPY_OPS = frozenset(
+    f"Tensor.{n}" for n in ("reshape", "contiguous", "clone", "flatten", "cpu", "npu", "cuda", "reshape_as")
+) | frozenset(("torch.reshape", "torch.clone", "torch.flatten"))
 
 _internal_dirs = tuple(
     os.path.dirname(m.__file__) + os.sep
@@ -149,38 +155,56 @@ def current_rank() -> int:
         return 0
 
 
-_pu1 = None
+_pu1: str | None = None
+_AC_DEVICES: tuple[str, ...] = ()
 
 
 def _autocast_devices() -> list[str]:
     """Device types where autocast is on right now."""
-    global _pu1
+    global _pu1, _AC_DEVICES
     if _pu1 is None:
         try:
             _pu1 = torch._C._get_privateuse1_backend_name()
         except Exception:
             _pu1 = "privateuseone"
-    out = []
-    for dev in ("cpu", "cuda", _pu1):
-        try:
-            if torch.is_autocast_enabled(dev):
-                out.append(dev)
-        except Exception:
-            pass
-    return out
+        devs = []
+        for dev in ("cpu", "cuda", _pu1):
+            try:
+                torch.is_autocast_enabled(dev)
+                devs.append(dev)
+            except Exception:
+                pass
+        _AC_DEVICES = tuple(devs)
+    return [dev for dev in _AC_DEVICES if torch.is_autocast_enabled(dev)]
 
 
-@contextlib.contextmanager
-def _quiet(ac_devices: list[str]):
-    """No grad, no torch-function modes, no autocast: the state statistics are computed in."""
-    with torch.no_grad(), torch._C.DisableTorchFunction():
-        if not ac_devices:
-            yield
-            return
-        with contextlib.ExitStack() as st:
-            for dev in ac_devices:
-                st.enter_context(torch.autocast(dev, enabled=False))
-            yield
+class _quiet:
+    """Torch-function modes off (``dtf``) and autocast off: the state statistics are computed in. Grad mode is left
+    alone: statistics work on detached tensors, so they never enter the autograd graph."""
+
+    __slots__ = ("ac", "dtf", "stack", "use_dtf")
+
+    def __init__(self, ac_devices: list[str], dtf: bool = True):
+        self.ac = ac_devices
+        self.use_dtf = dtf
+
+    def __enter__(self):
+        self.dtf = torch._C.DisableTorchFunction() if self.use_dtf else None
+        if self.dtf is not None:
+            self.dtf.__enter__()
+        self.stack = None
+        if self.ac:
+            self.stack = contextlib.ExitStack()
+            for dev in self.ac:
+                self.stack.enter_context(torch.autocast(dev, enabled=False))
+        return self
+
+    def __exit__(self, *exc):
+        if self.stack is not None:
+            self.stack.__exit__(*exc)
+        if self.dtf is not None:
+            self.dtf.__exit__(*exc)
+        return False
 
 
 class _Rec:
@@ -188,7 +212,7 @@ class _Rec:
 
     __slots__ = (
         "name", "kind", "direction", "call_index", "order", "module_path", "api", "class_name", "parent",
-        "args", "kwargs", "outputs", "params", "grads", "source", "autocast", "backward", "base",
+        "args", "kwargs", "outputs", "params", "grads", "source", "autocast", "backward", "base", "ac",
     )  # fmt: skip
 
     def __init__(self, name, kind, direction, call_index, order, module_path, api, class_name, parent, base):
@@ -210,6 +234,7 @@ class _Rec:
         self.source = None
         self.autocast = None
         self.backward: _Rec | None = None
+        self.ac: list[str] = []
 
 
 def _api_info(func) -> tuple[str, str] | None:
@@ -335,6 +360,7 @@ class Dumper:
         self._vectors: list[torch.Tensor | None] = []
         self._seen: dict[int, tuple[weakref.ref, int, int]] = {}
         self._storage: dict[tuple, tuple[weakref.ref, int, int]] = {}  # (data_ptr, numel, dtype) -> first seen
+        self._grad_targets: dict[int, list] = {}  # statistics index -> [(rec, side, key)]: one hook per tensor
         self._counts: dict[str, int] = {}
         self._tensors: dict[int, torch.Tensor] = {}  # tensor mode: index -> detached copy
         self._md5: dict[int, str] = {}
@@ -499,6 +525,24 @@ class Dumper:
             self._md5[idx] = _md5(t)
         return idx
 
+    def _copy_stat(self, out: torch.Tensor, src_idx: int) -> None:
+        """``out`` holds the same values as the tensor summarised at ``src_idx`` (a reshape copy, ``contiguous``,
+        ``clone``, a device move): reuse its statistics, compute only the fingerprint (positions may differ)."""
+        src = self._vectors[src_idx]
+        if src is None or id(out) in self._seen or self.mode != "stats":
+            return
+        try:
+            vec = view_vector(src, out)
+        except Exception:
+            return
+        # the source tensor had the same number of elements and dtype (checked through the recorded metadata)
+        idx = len(self._vectors)
+        self._vectors.append(vec)
+        try:
+            self._seen[id(out)] = (weakref.ref(out), out._version, idx)
+        except TypeError:
+            pass
+
     def _value(self, v: Any, key: str, out: list) -> None:
         if isinstance(v, torch.Tensor):
             out.append((key, _meta(v), self._stat(v)))
@@ -519,7 +563,7 @@ class Dumper:
             # gradients of non-leaf tensor inputs: the backward node's outputs (leaves: see parameter hooks)
             for key, a in _tensor_args(args, kwargs):
                 if a.requires_grad and a.grad_fn is not None:
-                    a.register_hook(self._grad_hook(rec, "output", key))
+                    self._watch_grad(a, rec, "output", key)
 
     def _record_outputs(self, rec: _Rec, out) -> list[tuple[str, torch.Tensor]]:
         """Record the outputs; return the tensors that need a gradient hook."""
@@ -535,6 +579,10 @@ class Dumper:
         else:
             flat = [("0", out)] if out is not None else []
         grad_out = []
+        if rec.api in _COPY_OPS and isinstance(out, torch.Tensor) and rec.args and rec.args[0][2] is not None:
+            src_meta = rec.args[0][1]
+            if src_meta[0] == _meta(out)[0] and math.prod(src_meta[1]) == out.numel():
+                self._copy_stat(out, rec.args[0][2])
         for key, v in flat:
             if isinstance(v, torch.Tensor):
                 rec.outputs.append((key, _meta(v), self._stat(v)))
@@ -582,6 +630,7 @@ class Dumper:
                     ac = _autocast_devices()
                     with _quiet(ac):
                         rec = self._new_rec(base, "module", path, None, cls)
+                        rec.ac = ac
                         if ac:
                             rec.autocast = str(torch.get_autocast_dtype(ac[-1]))
                         self._record_inputs(rec, args, kwargs, grad_on)
@@ -620,8 +669,9 @@ class Dumper:
         grad_on = torch.is_grad_enabled()
         try:
             ac = _autocast_devices()
-            with _quiet(ac):
+            with _quiet(ac, dtf=False):  # inside the mode's own handler: the mode is off already
                 rec = self._new_rec(base, "api", module_path, api, None)
+                rec.ac = ac
                 if ac:
                     rec.autocast = str(torch.get_autocast_dtype(ac[-1]))
                 self._record_inputs(rec, args, kwargs, grad_on)
@@ -632,20 +682,31 @@ class Dumper:
     def _end(self, rec: _Rec, out) -> None:
         self._busy = True
         try:
-            with _quiet(_autocast_devices()):
+            grad_on = torch.is_grad_enabled()
+            with _quiet(rec.ac, dtf=rec.kind == "module"):
                 grad_out = self._record_outputs(rec, out)
-            if rec.kind == "api" and not _has_tensor(rec.args) and not _has_tensor(rec.outputs):
-                rec.kind = None  # no tensor in or out: not a node (dropped at flush)
-            if self.backward and grad_out and torch.is_grad_enabled():
-                for key, t in grad_out:
-                    t.register_hook(self._grad_hook(rec, "input", key))
+                if rec.kind == "api" and not _has_tensor(rec.args) and not _has_tensor(rec.outputs):
+                    rec.kind = None  # no tensor in or out: not a node (dropped at flush)
+                if self.backward and grad_out and grad_on:
+                    for key, t in grad_out:
+                        self._watch_grad(t, rec, "input", key)
         finally:
             self._busy = False
 
-    def _grad_hook(self, rec: _Rec, side: str, key: str):
+    def _watch_grad(self, t: torch.Tensor, rec: _Rec, side: str, key: str) -> None:
+        """Record ``t``'s gradient as ``rec``'s backward input ("input": ``t`` is an output of ``rec``) or output
+        ("output": ``t`` is an input). One hook per tensor serves every call that produced or used it."""
+        idx = self._stat(t)
+        targets = self._grad_targets.get(idx)
+        if targets is None:
+            targets = self._grad_targets[idx] = []
+            t.register_hook(self._grad_hook(targets))
+        targets.append((rec, side, key))
+
+    def _grad_hook(self, targets: list):
         def hook(grad):
-            if self._recording and grad is not None:
-                self._record_grad(rec, side, key, grad)
+            if self._recording and grad is not None and not self._busy:
+                self._record_grads(targets, grad)
             return None
 
         return hook
@@ -667,15 +728,14 @@ class Dumper:
             self._recs.append(b)
         return b
 
-    def _record_grad(self, rec: _Rec, side: str, key: str, grad: torch.Tensor) -> None:
-        if self._busy:
-            return
+    def _record_grads(self, targets: list, grad: torch.Tensor) -> None:
         self._busy = True
         try:
             with _quiet(_autocast_devices()):
-                b = self._backward_rec(rec)
-                entry = (key, _meta(grad), self._stat(grad))
-                (b.args if side == "input" else b.outputs).append(entry)
+                meta, idx = _meta(grad), self._stat(grad)
+                for rec, side, key in targets:
+                    b = self._backward_rec(rec)
+                    (b.args if side == "input" else b.outputs).append((key, meta, idx))
         finally:
             self._busy = False
 

@@ -93,7 +93,7 @@ def write_step(dumper, recs, rows) -> Path:
             if idx not in saved:
                 buf = io.BytesIO()
                 torch.save(dumper._tensors[idx].contiguous(), buf)
-                write_atomic(data_dir / fname, buf.getvalue(), mode=0o644, durable=False)
+                _write_plain(data_dir / fname, buf.getvalue())
                 saved[idx] = fname
             elif fname != saved[idx]:
                 _link(data_dir / saved[idx], data_dir / fname)
@@ -181,10 +181,21 @@ def write_step(dumper, recs, rows) -> Path:
         },
     }
     stack_doc = {str(i): [names, [line]] for i, (line, names) in enumerate(stacks.items())}
-    write_atomic(folder / "stack.json", json.dumps(stack_doc, indent=1) + "\n", mode=0o644, durable=False)
-    write_atomic(folder / "construct.json", json.dumps(construct, indent=1) + "\n", mode=0o644, durable=False)
-    write_atomic(folder / "dump.json", json.dumps(doc, allow_nan=False) + "\n", mode=0o644, durable=False)  # last
+    # dump.json last and atomically: a step folder without it is an interrupted step (the loader says so), and
+    # the files written before it are only read through it
+    _write_plain(folder / "stack.json", json.dumps(stack_doc) + "\n")
+    _write_plain(folder / "construct.json", json.dumps(construct) + "\n")
+    write_atomic(folder / "dump.json", json.dumps(doc, allow_nan=False) + "\n", mode=0o644, durable=False)
     return folder
+
+
+def _write_plain(path: Path, data: bytes | str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    old = path.parent / "dump.json"
+    if old.exists():
+        old.unlink()  # rewriting a step: it stays "interrupted" until the new dump.json lands
+    with open(path, "wb") as f:
+        f.write(data.encode("utf-8") if isinstance(data, str) else data)
 
 
 def _link(src: Path, dst: Path) -> None:
@@ -193,7 +204,7 @@ def _link(src: Path, dst: Path) -> None:
             dst.unlink()
         os.link(src, dst)
     except OSError:
-        write_atomic(dst, src.read_bytes(), mode=0o644, durable=False)
+        _write_plain(dst, src.read_bytes())
 
 
 def _is_positional(key: str) -> bool:
