@@ -5,8 +5,9 @@ interpreter start::
 
     import os; os.environ.get("ASCENDIFY_EMULATE") and __import__("ascendify._emulate_hook").[...].install()
 
-With the variable unset that is one dictionary lookup (the line is in ``setup.py``): this module is not even imported. With
-``ASCENDIFY_EMULATE=npu``, :func:`install` appends a finder to the END of ``sys.meta_path`` (still torch-free).
+(the line is ``PTH_LINE`` in ``setup.py``). With the variable unset that is one environment lookup: this module
+is not even imported. With ``ASCENDIFY_EMULATE=npu``, :func:`install` appends a finder to the END of
+``sys.meta_path`` (still torch-free).
 Python consults it only for a module no other finder found, so a real torch_npu always wins; the finder
 answers only for ``torch_npu`` and its sub-modules: it enables the emulator (``ascendify.emulator.enable()``,
 which imports torch and installs the torch_npu shim) and hands the import to the shim.
