@@ -34,8 +34,31 @@ def _known(dotted: str) -> bool:
     return knowledge.npu_name_exists(dotted)
 
 
+def _npu_ops() -> frozenset[str]:
+    """torch_npu's own operators (``torch_npu.npu_fusion_attention``...): importable, refused when called."""
+    ops = knowledge.load("torch_npu_api")["torch_npu_ops"]
+    return frozenset(ops.get("public", [])) | frozenset(ops.get("all", []))
+
+
+def _not_emulated_op(dotted: str):
+    """A stand-in for a torch_npu operator: ``from torch_npu import npu_x`` works, as on an NPU (libraries such as
+    transformers import them when they see an NPU), and calling it raises :class:`NotEmulatedError`."""
+
+    def op(*args, **kwargs):
+        raise NotEmulatedError(
+            f"{dotted} is a torch_npu custom operator; ascendify's emulated npu device does not emulate it "
+            "(it runs on an Ascend NPU only): guard the call, or use the plain PyTorch equivalent"
+        )
+
+    op.__name__ = op.__qualname__ = dotted.rpartition(".")[2]
+    op.__module__ = dotted.rpartition(".")[0]
+    return op
+
+
 def _missing(module: str, name: str):
     dotted = f"{module}.{name}"
+    if module == "torch_npu" and name in _npu_ops():
+        return _not_emulated_op(dotted)
     if _known(dotted):
         raise NotEmulatedError(
             f"{dotted} exists in torch_npu but is not emulated by ascendify's emulated npu device "
@@ -54,7 +77,7 @@ def _module(name: str, doc: str, attrs: dict | None = None, package: bool = Fals
     def __getattr__(attr, _name=name):
         if attr.startswith("__"):
             raise AttributeError(attr)
-        _missing(_name, attr)
+        return _missing(_name, attr)
 
     m.__getattr__ = __getattr__
     return m
