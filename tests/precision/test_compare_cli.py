@@ -147,3 +147,23 @@ def test_bad_model_spec(tmp_path, capsys):
                  "-o", str(tmp_path / "o")], capsys, "NoSuchThing")
     _expect_bad(["compare", "--model", f"{MODELS}:Reference", "--inputs", "2x16:complex7", "--target", "cpu",
                  "-o", str(tmp_path / "o")], capsys, "unknown dtype")
+
+
+def test_worked_example_cuda_original_vs_npu_port_on_the_emulated_npu(tmp_path):
+    """docs/precision.md's worked example: the bundled CUDA project's GPT on the CPU (fp32) against its torch_npu
+    port on the emulated NPU under bf16 AMP (a subprocess: enabling the emulator is process-wide)."""
+    import subprocess
+    import sys
+
+    repo = HERE.parents[1]
+    gpt = "GPT(vocab_size=64, seq_len=16, d_model=32, n_layers=2, n_heads=2)"
+    cmd = [sys.executable, "-m", "ascendify", "compare",
+           "--golden-model", f"{repo / 'examples/cuda_project/models.py'}:{gpt}",
+           "--model", f"{repo / 'examples/npu_project/models.py'}:{gpt}",
+           "--inputs", "2x16:int64:64", "--golden", "cpu:fp32", "--target", "npu:bf16", "-o", str(tmp_path / "o")]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert p.returncode == 0, p.stdout + p.stderr[-2000:]
+    assert p.stdout.startswith("MATCH")
+    payload = json.loads((tmp_path / "o" / "compare.json").read_text())
+    assert payload["meta"]["target_autocast"] == "torch.bfloat16" and payload["meta"]["target_device"].startswith("npu")
+    assert payload["matched"] >= 20 and payload["end_to_end"]["cosine"] > 0.9999
