@@ -387,8 +387,16 @@ def summary_text(result, width: int | None = None) -> str:
             report.Column("headline")]
     lines.append(report.table_text(cols, rows, width=width).rstrip("\n"))
     lines.append(_wrap(f"{status.upper()}: {sentence}", width))
-    lines.append(_wrap(f"report: {result.out / 'report.html'}", width))
+    lines.append(_wrap(f"report: {_shown_path(result.out / 'report.html')}", width))
     return "\n".join(lines)
+
+
+def _shown_path(path: Path) -> str:
+    """``path`` relative to the working folder when it is inside it (what the user typed), else absolute."""
+    try:
+        return str(path.relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
 
 
 def _wrap(text: str, width: int) -> str:

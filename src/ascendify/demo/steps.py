@@ -62,7 +62,8 @@ class Sizes:
         return ["--steps", str(self.steps), "--batch-size", str(self.batch), "--seq-len", str(self.seq_len),
                 "--vocab-size", str(self.vocab), "--d-model", str(self.d_model), "--n-layers", str(self.n_layers),
                 "--n-heads", str(self.n_heads), "--warmup-steps", str(max(1, self.steps // 5)),
-                "--dataset-tokens", str(self.dataset_tokens), "--log-interval", "1", "--seed", "1337"]
+                "--dataset-tokens", str(self.dataset_tokens), "--lr", "3e-3", "--min-lr", "3e-4",
+                "--log-interval", "1", "--seed", "1337"]
 
     def model_expr(self) -> str:
         return (f"GPT(vocab_size={self.vocab}, seq_len={self.seq_len}, d_model={self.d_model}, "
@@ -71,7 +72,7 @@ class Sizes:
 
 QUICK = Sizes(steps=4, batch=2, seq_len=16, vocab=64, d_model=32, n_layers=2, n_heads=2, dataset_tokens=4096,
               bench_batches="2", bench_steps=2, bench_warmup=1, bench_repeats=1, bench_image=32)
-DEFAULT = Sizes(steps=16, batch=4, seq_len=32, vocab=96, d_model=64, n_layers=2, n_heads=4, dataset_tokens=16384,
+DEFAULT = Sizes(steps=24, batch=4, seq_len=32, vocab=96, d_model=64, n_layers=2, n_heads=4, dataset_tokens=16384,
                 bench_batches="4,8", bench_steps=4, bench_warmup=1, bench_repeats=2, bench_image=32)
 
 
