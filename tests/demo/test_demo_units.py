@@ -243,3 +243,16 @@ def test_target_without_accelerators_is_the_emulated_npu(device):
         pytest.skip("a GPU may be present")
     target, why = runner.resolve_target(device)
     assert target == "emulated" and why
+
+
+def test_terminal_summary_fits_80_columns_whatever_the_lengths(tmp_path):
+    from ascendify.demo import render
+
+    steps = {k: StepResult(k, status="ok", headline="word " * 30, seconds=1234.5) for k in st.ALL_STEPS}
+    steps["compare"].status = "fail"
+    result = runner.DemoResult(out=tmp_path / ("long-folder-name" * 8), target="emulated", target_reason="",
+                               quick=False, steps=steps, checklist=[], seconds=12345.6, cpu_seconds=9999.0, lanes=2)
+    text = render.summary_text(result, width=80)
+    assert max(len(line) for line in text.splitlines()) <= 80
+    assert text.splitlines()[0].startswith("ascendify demo: emulated NPU (host CPU), default sizes, 12346 s wall")
+    assert "FAIL: findings on the emulated NPU (host CPU)" in text and result.exit_code == runner.EXIT_FINDING

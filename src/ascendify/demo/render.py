@@ -378,9 +378,8 @@ def summary_text(result, width: int | None = None) -> str:
 
     width = width or min(80, terminal_width())
     status, sentence = result.verdict
-    lines = [f"ascendify demo on the {st.TARGET_LABEL[result.target]} "
-             f"({'quick' if result.quick else 'default'} sizes): {result.seconds:.0f} s wall, "
-             f"{result.cpu_seconds:.0f} s CPU"]
+    lines = [_wrap(f"ascendify demo: {st.TARGET_LABEL[result.target]}, {'quick' if result.quick else 'default'} "
+                   f"sizes, {result.seconds:.0f} s wall, {result.cpu_seconds:.0f} s CPU", width)]
     rows = [{"step": sid, "status": r.status, "time": _secs(r.seconds), "headline": r.headline}
             for sid, r in result.steps.items()]
     cols = [report.Column("step"), report.Column("status", kind="status"), report.Column("time", align="right"),
