@@ -156,3 +156,18 @@ def test_dump_on_the_emulated_npu(tmp_path):
     assert by["Functional.layer_norm.0.forward"].outputs[0].dtype == "torch.float32"  # NPU autocast policy
     assert lin.outputs[0].max is not None and len(lin.outputs[0].fingerprint) == 8
     assert set(by["Module.0.Linear.backward.0"].grads) == {"weight", "bias"}
+
+
+@pytest.mark.slow
+def test_dump_of_cuda_code_redirected_to_the_cpu(tmp_path):
+    (tmp_path / "on_cuda.py").write_text(
+        "import torch\nx = torch.ones(3, device='cuda') * 2\ny = torch.empty(4, device='cuda')\nprint(x.sum().item())\n"
+    )
+    r = subprocess.run([sys.executable, "-m", "ascendify", "dump", "--to", "cpu", "-q", "-o", "out", "on_cuda.py"],
+                       cwd=tmp_path, env=dict(os.environ, OMP_NUM_THREADS="1"), capture_output=True, text=True,
+                       timeout=600)  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    d = load_dump(tmp_path / "out")
+    mul = d.by_name()["Tensor.mul.0.forward"]
+    assert mul.outputs[0].device == "cpu" and mul.outputs[0].max == 2.0
+    assert not any("empty" in n.name for n in d.nodes)  # uninitialised memory is never recorded

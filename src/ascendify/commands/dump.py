@@ -24,6 +24,7 @@ examples:
   ascendify dump --level module --steps 0-1 -o dump/ train.py
   ascendify dump --mode tensors --scope layers.0 --max-bytes 2G -o dump/ -- python train.py
   ascendify dump --emulate -o dump_npu/ -- python train_npu.py     # torch_npu code on the emulated npu
+  ascendify dump --to cpu -o dump_cpu/ -- python train_cuda.py     # CUDA code on the CPU (ascendify run)
   ascendify dump --config config.json -- python train.py           # msprobe's config.json works too
 
 exit status: the program's; 3 a package is missing, 4 the dump could not be written (too large for
@@ -47,6 +48,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="where steps end: optimizer.step(), ascendify.precision.step() calls, or auto (default)")
     p.add_argument("--no-backward", action="store_true", help="forward only (no gradient hooks)")
     p.add_argument("--emulate", action="store_true", help="run on the emulated npu device (ascendify emulate)")
+    p.add_argument("--to", metavar="TARGET", choices=("npu", "cpu", "auto", "xpu", "mps"),
+                   help="run CUDA code with its CUDA calls redirected to TARGET (ascendify run --to TARGET)")
     p.add_argument("--json", metavar="FILE", help="write a summary of what was written as JSON")
     p.add_argument("-q", "--quiet", action="store_true", help="no summary table at exit")
     p.add_argument("-m", dest="module_args", nargs=argparse.REMAINDER, metavar="MODULE ...",
@@ -175,7 +178,8 @@ def run(args: argparse.Namespace) -> int:
         return prog.relaunch_torchrun(["dump", *flags, "--"], who="ascendify dump")
     from ascendify.precision import run_dump
 
-    return run_dump.run_program(prog, conf, emulate=args.emulate, json_path=args.json, quiet=args.quiet)
+    return run_dump.run_program(prog, conf, emulate=args.emulate, to=args.to, json_path=args.json,
+                                quiet=args.quiet)
 
 
 def _flags(args: argparse.Namespace) -> list[str]:
@@ -184,7 +188,7 @@ def _flags(args: argparse.Namespace) -> list[str]:
     for opt, val in (("--config", args.config), ("--level", args.level), ("--mode", args.mode),
                      ("--steps", args.steps), ("--ranks", args.ranks), ("--scope", args.scope),
                      ("--output", args.output), ("--max-bytes", args.max_bytes), ("--json", args.json),
-                     ("--step-at", args.step_at)):  # fmt: skip
+                     ("--step-at", args.step_at), ("--to", args.to)):  # fmt: skip
         if val is not None:
             out += [opt, str(val)]
     for opt, on in (("--no-backward", args.no_backward), ("--emulate", args.emulate), ("-q", args.quiet)):

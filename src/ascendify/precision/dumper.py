@@ -57,6 +57,8 @@ _SKIP_TENSOR_METHODS = frozenset(
     is_pinned type nelement ndimension _version""".split()
 )
 
+_UNINITIALIZED = frozenset(("empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided"))
+
 # API calls whose output holds exactly its first input's values (another layout, device or a copy)
 _COPY_OPS = frozenset(
     f"Tensor.{n}" for n in ("reshape", "contiguous", "clone", "flatten", "cpu", "npu", "cuda", "reshape_as")
@@ -244,6 +246,8 @@ def _api_info(func) -> tuple[str, str] | None:
         return None
     if name.startswith("_") and not (name.startswith("__") and name.endswith("__")):
         return None  # private helpers (_set_grad_enabled, _record_function_enter_new, ...)
+    if name in _UNINITIALIZED:
+        return None  # uninitialised memory: its values mean nothing and differ run to run
     qual = getattr(func, "__qualname__", "") or ""
     mod = getattr(func, "__module__", None) or ""
     if getattr(func, "__objclass__", None) is torch._C.TensorBase or qual.startswith(("Tensor.", "TensorBase.")):

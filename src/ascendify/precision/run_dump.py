@@ -7,9 +7,11 @@ import sys
 from ascendify.precision.dumper import DEFAULT_MAX_BYTES, Dumper, DumpTooLarge, set_active
 
 
-def run_program(prog, conf: dict, *, emulate: bool = False, json_path: str | None = None, quiet: bool = False) -> int:
+def run_program(prog, conf: dict, *, emulate: bool = False, to: str | None = None, json_path: str | None = None,
+                quiet: bool = False) -> int:
     """Run ``prog`` (``ascendify.program.Program``) as ``__main__`` with every module and API call dumped as
-    ``conf`` says (level, mode, steps, ranks, scope, output, max_bytes, backward). Returns the exit status."""
+    ``conf`` says (level, mode, steps, ranks, scope, output, max_bytes, backward). ``emulate``: on the emulated
+    npu; ``to``: CUDA calls redirected to that target as ``ascendify run --to`` does. Returns the exit status."""
     if emulate:
         import ascendify.emulator as emu
 
@@ -18,6 +20,20 @@ def run_program(prog, conf: dict, *, emulate: bool = False, json_path: str | Non
         except (emu.EmulatorError, ValueError) as e:
             print(f"ascendify dump: {e}", file=sys.stderr)
             return 3
+    runner = prog.run_in_process
+    if to:
+        from ascendify.auto import launch
+
+        try:
+            launch.enable_for_process(to, strict=False, log=None, entry=prog.path, quiet=True, at_exit=False,
+                                      rewrite_checks=True)  # fmt: skip
+        except Exception as e:
+            print(f"ascendify dump: --to {to}: {e}", file=sys.stderr)
+            return 3
+
+        def runner(hide_frames_of=()):
+            return launch.run_program(prog)
+
     dumper = Dumper(
         None,
         conf["output"],
@@ -36,7 +52,7 @@ def run_program(prog, conf: dict, *, emulate: bool = False, json_path: str | Non
     code = 0
     error: BaseException | None = None
     try:
-        code = prog.run_in_process(hide_frames_of=[__file__])
+        code = runner(hide_frames_of=[__file__])
     finally:
         try:
             dumper.stop()
