@@ -36,9 +36,12 @@ def _columns():
     ]
 
 
-def table_row(rec: dict) -> dict:
-    from ascendify.report import format_value
+def fmt_ms(ms: float) -> str:
+    """Milliseconds with 3-4 significant digits and no exponent: 0.123, 12.3, 9479."""
+    return f"{ms:.0f}" if ms >= 100 else f"{ms:.3g}"
 
+
+def table_row(rec: dict) -> dict:
     lat = rec.get("latency_ms") or {}
     spread = rec.get("throughput_spread") or {}
     thr = rec.get("throughput")
@@ -51,7 +54,7 @@ def table_row(rec: dict) -> dict:
         "batch_size": rec.get("batch_size"),
         "status": rec.get("status") if rec.get("status") == "ok" else f"{rec.get('status')}",
         "throughput": thr, "spread": None if rel is None else f"{rel / 2:.1f}%",
-        "latency": f"{format_value(lat['p50'], 'number')}/{format_value(lat['p99'], 'number')}" if lat else None,
+        "latency": f"{fmt_ms(lat['p50'])}/{fmt_ms(lat['p99'])}" if lat else None,
         "memory": None if mem is None else round(mem / 2**20, 1),
         "mfu": None if rec.get("mfu") is None else round(100 * rec["mfu"], 2),
     }
