@@ -256,3 +256,15 @@ def test_terminal_summary_fits_80_columns_whatever_the_lengths(tmp_path):
     assert max(len(line) for line in text.splitlines()) <= 80
     assert text.splitlines()[0].startswith("ascendify demo: emulated NPU (host CPU), default sizes, 12346 s wall")
     assert "FAIL: findings on the emulated NPU (host CPU)" in text and result.exit_code == runner.EXIT_FINDING
+
+
+def test_a_verb_missing_from_the_build_skips_its_step_visibly(tmp_path, monkeypatch):
+    monkeypatch.setattr(st, "verb_available", lambda verb: verb not in ("bench", "doctor", "migrate", "run",
+                                                                        "emulate"))
+    result = runner.run_demo(runner.DemoOptions(out=tmp_path / "o", quick=True, device="cpu", lanes=1))
+    assert result.exit_code == 0
+    bench = result.steps["bench"]
+    assert bench.status == "skip" and bench.headline == "skipped: ascendify bench is not available in this build"
+    # steps that wait on a skipped one say which
+    assert "needs migrate, which did not run" in result.steps["compare"].to_dict()["jobs"][0]["skipped"]
+    assert "ascendify bench is not available" in (tmp_path / "o" / "report.html").read_text()

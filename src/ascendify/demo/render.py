@@ -124,7 +124,8 @@ def _summary(sec, result, status, sentence) -> None:
     cols = [report.Column("n", "#", kind="number"), report.Column("step"), report.Column("status", kind="status"),
             report.Column("time", align="right"), report.Column("CPU", align="right"), report.Column("headline")]
     sec.table(cols, rows)
-    figs = [(p, c) for p, c in ((loss_png(result), LOSS_CAPTION), (bench_png(result), bench_caption(result))) if p]
+    figs = [(p, c) for p, c in ((loss_png(result), loss_caption(result)), (bench_png(result), bench_caption(result)))
+            if p]
     if figs:
         sec.html(_figs_html(figs))
     nav = " · ".join(f'<a href="#{_ANCHOR[s]}">{_e(s)}</a>' for s in result.steps if s != "report")
@@ -242,7 +243,7 @@ def _train(sec, res, result) -> None:
                report.Column("exit")], rows)
     png = loss_png(result)
     if png:
-        sec.image(png, caption=LOSS_CAPTION)
+        sec.image(png, caption=loss_caption(result))
     emu = runs.get("target", {}).get("emulator")
     if emu:
         sub = sec.section("What the emulated NPU saw", anchor="train-emulator")
@@ -288,7 +289,19 @@ def _compare(sec, res, result) -> None:
                                          title="loss: A vs B", xlabel="step", ylabel="loss",
                                          mark_x=first.get("step") if first else None,
                                          mark_label="first step outside the band" if first else None)
-            sub.image(png, caption="loss curves compared by ascendify compare --curves")
+            figs = [(png, "loss curves compared by ascendify compare --curves")]
+            tol = float(cv.get("tolerance") or 0.05)
+            pts = [(x, abs(b - a) / max(abs(a), abs(b), 1e-30)) for x, a, b in zip(loss["x"], loss["a"], loss["b"],
+                                                                                   strict=False)]
+            pts = [(x, r) for x, r in pts if r > 0]  # equal losses have no place on a log scale
+            if pts:
+                png = report.plots.line_plot({"|B − A| / max(|A|, |B|)": ([x for x, _ in pts], [r for _, r in pts])},
+                                             title="relative difference of the loss", xlabel="step",
+                                             ylabel="relative difference", logy=True, hline=tol,
+                                             hline_label=f"tolerance {tol:g}")
+                figs.append((png, "how far inside the band the runs stay (log scale; steps where the two losses "
+                                  "are equal are left out)"))
+            sub.html(_figs_html(figs))
         sub.link("compare/curves/curves.html", "the curves report (compare/curves/curves.html)")
     else:
         sub.verdict("skip", str(cv.get("skipped") or "not run"))
@@ -312,6 +325,15 @@ def loss_png(result) -> bytes | None:
             series, title="training loss per step (train_gpt.py)", xlabel="step", ylabel="loss",
             markers=len(next(iter(series.values()))[0]) <= 40) if series else None
     return _PNG_CACHE[key]
+
+
+def loss_caption(result) -> str:
+    """The loss plot's caption; says when the two curves lie on top of each other."""
+    loss = ((result.steps["compare"].facts.get("curves") or {}).get("series") or {}).get("loss") or {}
+    worst = loss.get("max_rel_diff")
+    if isinstance(worst, (int, float)) and worst < 0.005:
+        return LOSS_CAPTION + f"; the curves overlap (largest relative difference {worst:.2%})"
+    return LOSS_CAPTION
 
 
 def bench_png(result) -> bytes | None:

@@ -141,6 +141,16 @@ class Context:
 # the jobs
 
 
+def verb_available(verb: str) -> bool:
+    """Whether ``ascendify VERB`` exists in this build (its front-end module is there)."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(f"ascendify.commands.{verb}") is not None
+    except (ImportError, ValueError):
+        return False
+
+
 def build_jobs(ctx: Context) -> list[Job]:
     """Every child process of the demo, in the order they should start (migrate first: others wait on it)."""
     s, out, lanes = ctx.sizes, ctx.out, ctx.lanes
@@ -152,6 +162,8 @@ def build_jobs(ctx: Context) -> list[Job]:
     def add(job: Job) -> None:
         if job.step in ctx.skip:
             job.skipped = "skipped (--skip)"
+        elif job.argv and not job.python and not verb_available(job.argv[0]):
+            job.skipped = f"skipped: ascendify {job.argv[0]} is not available in this build"
         jobs.append(job)
 
     add(Job("migrate", "migrate",
