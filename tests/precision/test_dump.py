@@ -379,3 +379,20 @@ def test_copies_reuse_statistics_but_not_the_fingerprint(tmp_path):
     assert (cont.max, cont.min) == (ref.max, ref.min) and cont.norm == pytest.approx(ref.norm, rel=1e-6)
     assert cont.fingerprint == pytest.approx(ref.fingerprint, rel=1e-5)  # of the copy's own positions
     assert by["Tensor.reshape.0.forward"].outputs[0].fingerprint == pytest.approx(_stats(out).fingerprint, rel=1e-5)
+
+
+def test_operators_are_named_as_msprobe_names_them(tmp_path):
+    class M(nn.Module):
+        def forward(self, x):
+            y = x * 2.0  # msprobe wraps Tensor.__mul__: the operator form keeps its name
+            y += 1.0
+            z = y.mul(3.0)  # the method keeps the method's name
+            return (z > 0) & (z @ z.t() != 0).any()
+
+    m = M()
+    with dump(m, tmp_path / "ops", backward=False):
+        m(torch.randn(3, 3))
+    names = [n.name for n in load_dump(tmp_path / "ops").nodes if n.kind == "api" and n.module_path == ""]
+    assert names[:5] == ["Tensor.__mul__.0.forward", "Tensor.__iadd__.0.forward", "Tensor.mul.0.forward",
+                         "Tensor.__gt__.0.forward", "Tensor.t.0.forward"]  # fmt: skip
+    assert {"Tensor.__matmul__.0.forward", "Tensor.__ne__.0.forward", "Tensor.__and__.0.forward"} <= set(names)

@@ -121,7 +121,7 @@ def test_tensor_mode_limit_exits_4(work, capsys):
 def test_failing_program_keeps_its_exit_code_and_what_was_recorded(work):
     (work / "fail.py").write_text("import torch\nx = torch.ones(3) * 2\nraise SystemExit(7)\n")
     assert main(["dump", "-q", "-o", "out", "fail.py"]) == 7
-    assert [n.name for n in load_dump(work / "out").nodes] == ["Torch.ones.0.forward", "Tensor.mul.0.forward"]
+    assert [n.name for n in load_dump(work / "out").nodes] == ["Torch.ones.0.forward", "Tensor.__mul__.0.forward"]
 
 
 NPU_TRAIN = textwrap.dedent(
@@ -168,6 +168,6 @@ def test_dump_of_cuda_code_redirected_to_the_cpu(tmp_path):
                        timeout=600)  # fmt: skip
     assert r.returncode == 0, r.stderr[-3000:]
     d = load_dump(tmp_path / "out")
-    mul = d.by_name()["Tensor.mul.0.forward"]
+    mul = d.by_name()["Tensor.__mul__.0.forward"]
     assert mul.outputs[0].device == "cpu" and mul.outputs[0].max == 2.0
     assert not any("empty" in n.name for n in d.nodes)  # uninitialised memory is never recorded

@@ -269,6 +269,47 @@ def _api_info(func) -> tuple[str, str] | None:
 
 _api_cache: dict[Any, tuple[str, str] | None] = {}
 
+# ``a * b`` reaches the mode as Tensor.mul; msprobe (which wraps Tensor.__mul__) names it Tensor.__mul__. The
+# caller's current bytecode instruction says which form was written (CPython 3.11+; elsewhere: the method name).
+_BINARY = {0: "add", 1: "and", 2: "floordiv", 3: "lshift", 4: "matmul", 5: "mul", 6: "mod", 7: "or", 8: "pow",
+           9: "rshift", 10: "sub", 11: "truediv", 12: "xor"}  # fmt: skip
+_COMPARE = {0: "lt", 1: "le", 2: "eq", 3: "ne", 4: "gt", 5: "ge"}
+_OPERATOR_FORMS = frozenset(
+    f"Tensor.{n}" for n in ("add", "add_", "sub", "sub_", "mul", "mul_", "div", "div_", "true_divide", "matmul",
+                            "floor_divide", "floor_divide_", "remainder", "remainder_", "pow", "pow_",
+                            "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_and_", "bitwise_or_",
+                            "bitwise_xor_", "__lshift__", "__rshift__", "lt", "le", "eq", "ne", "gt", "ge")
+)  # fmt: skip
+try:
+    import dis as _dis
+
+    _BINARY_OP = _dis.opmap.get("BINARY_OP")
+    _COMPARE_OP = _dis.opmap.get("COMPARE_OP")
+except Exception:  # pragma: no cover
+    _BINARY_OP = _COMPARE_OP = None
+
+
+def _operator_form(info: tuple[str, str]) -> tuple[str, str]:
+    try:
+        f = sys._getframe(2)  # the code that wrote the operator (C slot wrappers add no frame)
+        code, i = f.f_code.co_code, f.f_lasti
+        op, arg = code[i], code[i + 1]
+    except (ValueError, IndexError, AttributeError):
+        return info
+    if op == _BINARY_OP and _BINARY_OP is not None:
+        name = _BINARY.get(arg % 13)
+        if name is None:
+            return info
+        name = f"__i{name}__" if arg >= 13 else f"__{name}__"
+    elif op == _COMPARE_OP and _COMPARE_OP is not None and sys.version_info < (3, 12):
+        name = _COMPARE.get(arg)
+        if name is None:
+            return info
+        name = f"__{name}__"
+    else:
+        return info
+    return (f"Tensor.{name}", f"Tensor.{name}")
+
 
 class _ApiMode(TorchFunctionMode):
     def __init__(self, dumper: Dumper):
@@ -291,6 +332,8 @@ class _ApiMode(TorchFunctionMode):
                 pass
         if info is None:
             return func(*args, **kwargs)
+        if info[0] in _OPERATOR_FORMS:
+            info = _operator_form(info)
         rec = d._begin_api(info, args, kwargs)
         out = func(*args, **kwargs)
         if rec is not None:
