@@ -109,14 +109,14 @@ def test_sweep_survives_oom_and_resets_peak(npu, tiny_model_file):
 def test_find_max_batch_on_emulated_capacity(npu, tiny_model_file):
     import ascendify.emulator as emu
 
-    emu.settings.update(memory_capacity="4M")
+    emu.settings.update(memory_capacity="1M")
     base = BenchConfig(model=f"{tiny_model_file}:cnn", mode="train", image_size=16)
     best, probes = find_max_batch(base, npu, start=4)
     assert best is not None and best >= 4
     by_batch = {p.batch_size: p.status for p in probes}
     assert by_batch[best] == "ok" and by_batch.get(best + 1) == "oom"  # bisection ends next to an OOM
     assert any(p.status == "oom" for p in probes)
-    assert max(p.peak_memory_bytes for p in probes if p.status == "ok") <= 4 << 20
+    assert max(p.peak_memory_bytes for p in probes if p.status == "ok") <= 1 << 20
 
 
 def test_bad_config_raises():
@@ -148,3 +148,17 @@ def test_compile_on_npu_uses_aot_eager(npu, tiny_model_file):
     assert rec.status == "ok", rec.error
     assert rec.compile and rec.compile_backend == "aot_eager"  # no inductor on npu
     assert any("aot_eager" in n for n in rec.notes)
+
+
+def test_mfu_is_flops_rate_over_the_published_peak(tiny_model_file):
+    """A device named like an A100 (here the CPU under that name): MFU = FLOPs/step x steps/s / peak."""
+    from ascendify import knowledge
+    from ascendify.bench import BenchDevice
+
+    dev = BenchDevice("cpu", "NVIDIA A100-SXM4-80GB")
+    rec = run_one(BenchConfig(model=f"{tiny_model_file}:linear", mode="infer", precision="bf16", batch_size=4,
+                              **QUICK), dev)
+    peak = knowledge.device_peak("NVIDIA A100-SXM4-80GB", "bf16")
+    assert peak and rec.peak_tflops == pytest.approx(peak / 1e12)
+    assert rec.mfu == pytest.approx(rec.flops_per_step * rec.throughput / 4 / peak)
+    assert 0 < rec.mfu < 1e-3  # a tiny layer on a CPU is nowhere near an A100's peak

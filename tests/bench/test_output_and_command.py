@@ -123,3 +123,18 @@ def test_cli_loader_quick(tmp_path, capsys):
     assert doc["recommendation"]["setting"]["num_workers"] == 0
     assert doc["feeds_compute"]["status"] == "fail"
     assert doc["augmentation"]["cpu"] > 0 and doc["augmentation"]["device"] > 0
+
+
+@pytest.mark.slow
+def test_cli_find_max_batch_on_emulated_npu(tmp_path, tiny_model_file, npu, capsys):
+    rc = cli.main(["bench", "--model", f"{tiny_model_file}:cnn", "--device", "npu", "--emulate-memory", "1M",
+                   "--quick", "--batch-size", "4", "--image-size", "16", "--find-max-batch", "--no-flops",
+                   "--json", str(tmp_path / "m.json")])
+    assert rc == 0
+    out = capsys.readouterr().out
+    assert "largest batch that fits:" in out and "emulated: host speed, not NPU speed" in out
+    recs = json.loads((tmp_path / "m.json").read_text())["records"]
+    best = [r for r in recs if r["status"] == "max-batch"][0]
+    assert best["batch_size"] >= 4 and best["emulated"] is True
+    statuses = {p["batch_size"]: p["status"] for p in best["probes"]}
+    assert statuses[best["batch_size"]] == "ok" and statuses[best["batch_size"] + 1] == "oom"
