@@ -216,6 +216,10 @@ def test_a_crashed_step_is_shown_in_the_report_and_exits_3(tmp_path, monkeypatch
     doctor = result.steps["doctor"]
     assert doctor.status == "error" and "status 7" in doctor.error and "doctor exploded here" in doctor.error
     assert result.verdict[0] == "error" and "doctor" in result.verdict[1]
+    from ascendify.demo import render
+
+    text = render.summary_text(result, width=80)
+    assert "doctor failed: doctor exited with status 7" in text and "logs/doctor.log" in text
     page = (tmp_path / "o" / "report.html").read_text()
     assert "doctor exploded here" in page and 'data-status="error"' in page
     data = json.loads((tmp_path / "o" / "demo.json").read_text())
@@ -250,12 +254,15 @@ def test_terminal_summary_fits_80_columns_whatever_the_lengths(tmp_path):
 
     steps = {k: StepResult(k, status="ok", headline="word " * 30, seconds=1234.5) for k in st.ALL_STEPS}
     steps["compare"].status = "fail"
+    item = {"id": "prec.curves", "mark": "✗", "evidence": "divergence within 0.05; leaves the band at step 3"}
     result = runner.DemoResult(out=tmp_path / ("long-folder-name" * 8), target="emulated", target_reason="",
-                               quick=False, steps=steps, checklist=[], seconds=12345.6, cpu_seconds=9999.0, lanes=2)
+                               quick=False, steps=steps, checklist=[item], seconds=12345.6, cpu_seconds=9999.0,
+                               lanes=2)
     text = render.summary_text(result, width=80)
     assert max(len(line) for line in text.splitlines()) <= 80
     assert text.splitlines()[0].startswith("ascendify demo: emulated NPU (host CPU), default sizes, 12346 s wall")
     assert "FAIL: findings on the emulated NPU (host CPU)" in text and result.exit_code == runner.EXIT_FINDING
+    assert "✗ prec.curves: divergence within 0.05; leaves the band at step 3" in text
 
 
 def test_a_verb_missing_from_the_build_skips_its_step_visibly(tmp_path, monkeypatch):

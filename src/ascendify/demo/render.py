@@ -407,6 +407,14 @@ def summary_text(result, width: int | None = None) -> str:
     cols = [report.Column("step"), report.Column("status", kind="status"), report.Column("time", align="right"),
             report.Column("headline")]
     lines.append(report.table_text(cols, rows, width=width).rstrip("\n"))
+    for sid, r in result.steps.items():
+        if r.status == "error" and r.error:
+            logs = [_rel(f) for f in r.files if "logs/" in _rel(f)]
+            lines.append(_wrap(f"{sid} failed: {r.error.splitlines()[0]}"
+                               + (f" (log: {', '.join(logs)})" if logs else ""), width))
+    for item in result.checklist:
+        if item["mark"] == "✗":
+            lines.append(_wrap(f"✗ {item['id']}: {item['evidence']}", width))
     lines.append(_wrap(f"{status.upper()}: {sentence}", width))
     lines.append(_wrap(f"report: {_shown_path(result.out / 'report.html')}", width))
     return "\n".join(lines)
