@@ -275,3 +275,22 @@ def test_a_verb_missing_from_the_build_skips_its_step_visibly(tmp_path, monkeypa
     # steps that wait on a skipped one say which
     assert "needs migrate, which did not run" in result.steps["compare"].to_dict()["jobs"][0]["skipped"]
     assert "ascendify bench is not available" in (tmp_path / "o" / "report.html").read_text()
+
+
+def test_an_interrupted_run_stops_its_children():
+    slow = _py("slow", "import time; time.sleep(120)")
+    quick = _py("quick", "print('done')")
+
+    def interrupt(job):
+        if job.name == "quick":
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        jb.run_jobs([slow, quick], lanes=2, log_dir=None, on_done=interrupt)
+    assert slow.returncode is not None and slow.returncode < 0 and slow.seconds < 60  # killed, and reaped
+
+
+def test_jobs_waiting_on_each_other_are_skipped_not_spun_on():
+    a, b = _py("a", "pass", deps=("b",)), _py("b", "pass", deps=("a",))
+    jb.run_jobs([a, b], lanes=2, log_dir=None)
+    assert a.skipped == b.skipped == "its dependencies form a cycle"

@@ -103,6 +103,16 @@ def run_jobs(
         if j.skipped is not None and on_done:
             on_done(j)
     running: dict[int, tuple[Job, subprocess.Popen, object]] = {}
+    try:
+        _loop(pending, running, by_name, lanes, log_dir, on_done, poll)
+    finally:  # interrupted (Ctrl-C: the children have their own sessions and do not see it): stop them all
+        for _pid, (j, proc, fh) in list(running.items()):
+            _kill(proc)
+            _reap(j, proc, block=True)
+            fh.close()
+
+
+def _loop(pending, running, by_name, lanes, log_dir, on_done, poll) -> None:
     while pending or running:
         for j in list(pending):
             if len(running) >= lanes:
@@ -122,6 +132,12 @@ def run_jobs(
             running_entry = _start(j, log_dir)
             running[running_entry[1].pid] = running_entry
         if not running:
+            if pending:  # nothing runs and nothing could start: they wait on each other
+                for j in pending:
+                    j.skipped = "its dependencies form a cycle"
+                    if on_done:
+                        on_done(j)
+                pending.clear()
             continue
         time.sleep(poll)
         for pid, (j, proc, fh) in list(running.items()):
