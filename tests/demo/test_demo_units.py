@@ -294,3 +294,33 @@ def test_jobs_waiting_on_each_other_are_skipped_not_spun_on():
     a, b = _py("a", "pass", deps=("b",)), _py("b", "pass", deps=("a",))
     jb.run_jobs([a, b], lanes=2, log_dir=None)
     assert a.skipped == b.skipped == "its dependencies form a cycle"
+
+
+def _ctx(tmp_path, target):
+    return st.Context(out=tmp_path, project=runner.find_project(), target=target, target_reason="",
+                      sizes=st.QUICK, lanes=2)
+
+
+def test_jobs_for_each_target(tmp_path):
+    emu = {j.name: j for j in st.build_jobs(_ctx(tmp_path, "emulated"))}
+    assert emu["train-target"].argv[:3] == ["emulate", "--devices", "1"] and emu["train-target"].deps == ("migrate",)
+    assert emu["train-golden"].argv[:3] == ["run", "--to", "cpu"]
+    assert "ASCENDIFY_EMULATE" not in emu["train-golden"].env
+    lock = emu["lockstep"].argv
+    assert lock[lock.index("--target") + 1] == "npu:bf16" and lock[lock.index("--golden") + 1] == "cpu:fp32"
+    assert "migrate/npu_project/models.py" in lock[lock.index("--model") + 1]
+    assert "cuda_project/models.py" in lock[lock.index("--golden-model") + 1]
+    assert emu["bench-target"].argv[emu["bench-target"].argv.index("--device") + 1] == "npu"
+    for j in emu.values():  # what the report shows names no machine path
+        assert str(tmp_path) not in j.shown, j.shown
+    npu = {j.name: j for j in st.build_jobs(_ctx(tmp_path, "npu"))}
+    t = npu["train-target"]
+    assert t.python and t.argv[0].endswith("migrate/npu_project/train_gpt.py") and t.argv[-2:] == ["--device", "npu"]
+    cuda = {j.name: j for j in st.build_jobs(_ctx(tmp_path, "cuda"))}
+    t = cuda["train-target"]
+    assert t.python and t.argv[0].endswith("cuda_project/train_gpt.py") and t.deps == ()
+    lock = cuda["lockstep"].argv
+    assert lock[lock.index("--target") + 1] == "cuda:bf16" and "cuda_project" in lock[lock.index("--model") + 1]
+    assert cuda["bench-target"].argv[cuda["bench-target"].argv.index("--device") + 1] == "cuda"
+    for j in [*emu.values(), *npu.values(), *cuda.values()]:
+        assert j.shown and str(runner.find_project()) not in j.shown and str(tmp_path) not in j.shown, j.shown

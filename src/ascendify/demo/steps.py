@@ -160,6 +160,8 @@ def build_jobs(ctx: Context) -> list[Job]:
     jobs: list[Job] = []
 
     def add(job: Job) -> None:
+        # the report shows commands relative to the demo's folder, the project by its name: no machine paths
+        job.shown = job.shown.replace(str(out) + "/", "").replace(str(ctx.project), ctx.project.name)
         if job.step in ctx.skip:
             job.skipped = "skipped (--skip)"
         elif job.argv and not job.python and not verb_available(job.argv[0]):
