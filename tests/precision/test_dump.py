@@ -396,3 +396,31 @@ def test_operators_are_named_as_msprobe_names_them(tmp_path):
     assert names[:5] == ["Tensor.__mul__.0.forward", "Tensor.__iadd__.0.forward", "Tensor.mul.0.forward",
                          "Tensor.__gt__.0.forward", "Tensor.t.0.forward"]  # fmt: skip
     assert {"Tensor.__matmul__.0.forward", "Tensor.__ne__.0.forward", "Tensor.__and__.0.forward"} <= set(names)
+
+
+def test_inference_mode_dict_outputs_and_a_failing_forward(tmp_path):
+    m = nn.Sequential(nn.Linear(4, 4), nn.ReLU())
+    with torch.inference_mode(), dump(m, tmp_path / "inf"):
+        y = m(torch.randn(2, 4))
+    relu = load_dump(tmp_path / "inf").by_name()["Module.1.ReLU.forward.0"]
+    assert relu.outputs[0].max == pytest.approx(y.max().item())  # inference tensors have no version counter
+
+    class D(nn.Module):
+        def forward(self, x):
+            return {"logits": x * 2, "aux": [x + 1, None]}
+
+    d = D()
+    with dump(d, tmp_path / "dict"):
+        d(torch.randn(2))
+    outs = load_dump(tmp_path / "dict").by_name()["Module.D.forward.0"].outputs
+    assert [t.key for t in outs] == ["logits", "aux.0"]
+
+    class Boom(nn.Module):
+        def forward(self, x):
+            raise RuntimeError("boom")
+
+    b = nn.Sequential(nn.Linear(2, 2), Boom())
+    with pytest.raises(RuntimeError, match="boom"), dump(b, tmp_path / "boom"):
+        b(torch.randn(1, 2))
+    names = [n.name for n in load_dump(tmp_path / "boom").nodes]
+    assert "Module.0.Linear.forward.0" in names and "Module.1.Boom.forward.0" in names  # written, error kept

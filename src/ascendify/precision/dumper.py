@@ -533,14 +533,17 @@ class Dumper:
     def _stat(self, t: torch.Tensor) -> int:
         """Index of ``t``'s statistics vector in this step (computed once per tensor version)."""
         key = id(t)
-        ver = t._version
-        seen = self._seen.get(key)
+        try:
+            ver = t._version
+        except RuntimeError:  # inference tensors keep no version counter: summarise them every time
+            ver = None
+        seen = self._seen.get(key) if ver is not None else None
         if seen is not None and seen[1] == ver and seen[0]() is t:
             return seen[2]
         vec = None
         try:
             n = t.numel()
-            skey = (t.data_ptr(), n, t.dtype) if n and t.layout == torch.strided else None
+            skey = (t.data_ptr(), n, t.dtype) if n and t.layout == torch.strided and ver is not None else None
             base = self._storage.get(skey) if skey is not None else None
             if base is not None and base[1] == ver and base[0]() is not None and self._vectors[base[2]] is not None:
                 vec = view_vector(self._vectors[base[2]], t)  # a view of the same elements: same statistics
@@ -553,6 +556,8 @@ class Dumper:
         idx = len(self._vectors)
         self._vectors.append(vec)
         try:
+            if ver is None:
+                raise TypeError
             ref = weakref.ref(t)
             self._seen[key] = (ref, ver, idx)
             if skey is not None and vec is not None and skey not in self._storage:
@@ -587,7 +592,7 @@ class Dumper:
         self._vectors.append(vec)
         try:
             self._seen[id(out)] = (weakref.ref(out), out._version, idx)
-        except TypeError:
+        except (TypeError, RuntimeError):
             pass
 
     def _value(self, v: Any, key: str, out: list) -> None:

@@ -133,7 +133,15 @@ def write_step(dumper, recs, rows) -> Path:
                     entry["input_kwargs"].setdefault(head, [])
                     if isinstance(entry["input_kwargs"][head], list):
                         entry["input_kwargs"][head].append(value_entry(rec.name, f"input.{it[0]}", it))
-            entry["output"] = _nest(rec.outputs, lambda it, nm=rec.name: value_entry(nm, f"output.{it[0]}", it))
+            if all(_is_positional(it[0]) for it in rec.outputs):
+                entry["output"] = _nest(rec.outputs, lambda it, nm=rec.name: value_entry(nm, f"output.{it[0]}", it))
+            else:  # a dict (a ModelOutput): a flat list in its order, each entry keeping its key
+                entry["output"] = []
+                for i, it in enumerate(rec.outputs):
+                    v = value_entry(rec.name, f"output.{i}", it)
+                    if isinstance(v, dict):
+                        v["key"] = it[0]
+                    entry["output"].append(v)
             if rec.kind == "module":
                 entry["parameters"] = {
                     p: tensor_entry(rec.name, f"parameters.{p}", meta, idx) for p, (meta, idx) in rec.params.items()
@@ -369,7 +377,7 @@ def _tensor(d: dict[str, Any], key: str) -> TensorStats:
         fingerprint=tuple(_num(x) or 0.0 for x in d.get("fingerprint") or ()),
         data_ref=f"dump_tensor_data/{ref}" if ref and ref != "-1" else None,
         md5=d.get("md5"),
-        key=key,
+        key=d.get("key") or key,
         requires_grad=d.get("requires_grad"),
         device=d.get("device"),
     )
