@@ -59,7 +59,7 @@ def test_each_step_left_its_own_outputs(demo):
     for rel in ("report.html", "demo.json", "doctor/doctor.json", "doctor/doctor.md",
                 "migrate/report/report.json", "migrate/report/report.md", "migrate/npu_project/train_gpt.py",
                 "migrate/npu_project/models.py", "train/golden_history.json", "train/target_history.json",
-                "train/emulate.json", "train/run_cpu.json", "compare/lockstep/compare.html",
+                "train/emulate.json", "train/run_cpu.json", "train/loss.png", "compare/lockstep/compare.html",
                 "compare/lockstep/compare.json", "compare/curves/curves.html", "compare/curves/curves.json",
                 "bench/cpu/bench.json", "bench/npu/bench.json", "logs/train-target.log", "logs/lockstep.log"):
         assert (out / rel).is_file(), rel

@@ -84,7 +84,6 @@ def wrap_command(cmd: str, width: int = 100) -> str:
 
 
 def html_report(result) -> report.HtmlReport:
-    _PNG_CACHE.clear()
     status, sentence = result.verdict
     page = report.HtmlReport(
         "ascendify demo: CUDA project → Ascend NPU",
@@ -308,23 +307,31 @@ def _compare(sec, res, result) -> None:
 
 
 LOSS_CAPTION = "loss per step: the migrated trainer on the target (bf16) vs the unmodified original on the CPU (fp32)"
-_PNG_CACHE: dict[tuple[int, str], bytes | None] = {}
+_PNG_CACHE: dict[str, tuple[object, bytes | None]] = {}  # plot -> (the result it was drawn for, PNG)
+
+
+def _cached(result, name: str, draw) -> bytes | None:
+    hit = _PNG_CACHE.get(name)
+    if hit is None or hit[0] is not result:
+        _PNG_CACHE[name] = hit = (result, draw())
+    return hit[1]
 
 
 def loss_png(result) -> bytes | None:
     """Both training runs' loss per step in one plot (None when neither ran)."""
-    key = (id(result), "loss")
-    if key not in _PNG_CACHE:
+    def draw() -> bytes | None:
         runs = result.steps["train"].facts.get("runs", {})
         series = {}
         for side, label in (("target", f"{st.TARGET_LABEL[result.target]}, bf16"), ("golden", "CPU, fp32 (original)")):
             h = runs.get(side, {}).get("history") or {}
             if h.get("step"):
                 series[label] = (h["step"], h["loss"])
-        _PNG_CACHE[key] = report.plots.line_plot(
-            series, title="training loss per step (train_gpt.py)", xlabel="step", ylabel="loss",
-            markers=len(next(iter(series.values()))[0]) <= 40) if series else None
-    return _PNG_CACHE[key]
+        if not series:
+            return None
+        return report.plots.line_plot(series, title="training loss per step (train_gpt.py)", xlabel="step",
+                                      ylabel="loss", markers=len(next(iter(series.values()))[0]) <= 40)
+
+    return _cached(result, "loss", draw)
 
 
 def loss_caption(result) -> str:
@@ -338,18 +345,17 @@ def loss_caption(result) -> str:
 
 def bench_png(result) -> bytes | None:
     """Best training throughput per device, as bars (None when bench did not run)."""
-    key = (id(result), "bench")
-    if key not in _PNG_CACHE:
+    def draw() -> bytes | None:
         facts = result.steps["bench"].facts
         best, meta = facts.get("best", {}), facts.get("meta", {})
-        png = None
-        if best:
-            labels = ["CPU" if k == "cpu" else ("emulated NPU (host speed)" if meta.get(k, {}).get("emulated")
-                                                 else st.TARGET_LABEL[result.target]) for k in best]
-            png = report.plots.bar_plot(labels, list(best.values()), title="best training throughput (ResNetMini)",
-                                        ylabel="samples/s", colors=["#4c72b0", "#dd8452"][: len(best)])
-        _PNG_CACHE[key] = png
-    return _PNG_CACHE[key]
+        if not best:
+            return None
+        labels = ["CPU" if k == "cpu" else ("emulated NPU (host speed)" if meta.get(k, {}).get("emulated")
+                                             else st.TARGET_LABEL[result.target]) for k in best]
+        return report.plots.bar_plot(labels, list(best.values()), title="best training throughput (ResNetMini)",
+                                     ylabel="samples/s", colors=["#4c72b0", "#dd8452"][: len(best)])
+
+    return _cached(result, "bench", draw)
 
 
 def bench_caption(result) -> str:

@@ -269,7 +269,12 @@ def write_outputs(result: DemoResult, t0: float, cpu0: float, t_rep: float) -> N
     """``report.html`` and ``demo.json`` (the report's time is measured up to the HTML, then both are written)."""
     from ascendify import report
     from ascendify.demo import render
+    from ascendify.fileio import write_atomic
 
+    png = render.loss_png(result)  # the training curves as a file of their own too
+    if png:
+        write_atomic(result.out / "train" / "loss.png", png, mode=0o644)
+        result.steps["train"].files.append("train/loss.png")
     result.seconds = time.monotonic() - t0  # shown in the page: everything but drawing the page itself
     result.cpu_seconds = _children_cpu() - cpu0
     page = render.html_report(result)
