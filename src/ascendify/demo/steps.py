@@ -247,8 +247,8 @@ def _collect(res: StepResult, jobs: list[Job]) -> None:
     res.cpu_seconds = sum(j.cpu_seconds for j in jobs)
     res.files = [*res.files]
     for j in jobs:
-        if j.log:
-            res.files.append(j.log)
+        if j.log and f"logs/{Path(j.log).name}" not in res.files:
+            res.files.append(f"logs/{Path(j.log).name}")  # relative to the demo's folder, like every output
 
 
 def _crashed(res: StepResult, job: Job) -> bool:
