@@ -114,7 +114,7 @@ def test_tensor_mode_limit_exits_4(work, capsys):
     code = main(["dump", "-q", "--mode", "tensors", "--max-bytes", "1K", "-o", "big", "train.py"])
     assert code == 4
     err = capsys.readouterr().err
-    assert "more than max_bytes=0.0 MiB" in err and "--max-bytes" in err
+    assert "more than max_bytes=1.0 KiB" in err and "--max-bytes" in err
     assert list_steps_ranks(work / "big") == [] if (work / "big").exists() else True
 
 

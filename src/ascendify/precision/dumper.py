@@ -925,7 +925,9 @@ def _md5(t: torch.Tensor) -> str:
 
 
 def _mb(n: int) -> str:
-    return f"{n / 2**20:.1f} MiB"
+    if n < 2**20:
+        return f"{n / 2**10:.1f} KiB"
+    return f"{n / 2**20:.1f} MiB" if n < 2**30 else f"{n / 2**30:.2f} GiB"
 
 
 def source_text(src: tuple[str, int, str] | None) -> tuple[str | None, str | None]:
