@@ -73,18 +73,25 @@ def test_import_torch_npu_gives_the_shim():
 
 
 def test_transfer_to_npu_redirects_cuda_code():
-    from torch_npu.contrib import transfer_to_npu
+    import ascendify.auto as auto
 
-    assert "ascendify.auto" in transfer_to_npu.__ascendify_redirection__ or "minimal" in \
-        transfer_to_npu.__ascendify_redirection__
-    assert transfer_to_npu.is_available()
+    try:
+        from torch_npu.contrib import transfer_to_npu
+
+        assert "ascendify.auto" in transfer_to_npu.__ascendify_redirection__ or "minimal" in \
+            transfer_to_npu.__ascendify_redirection__
+        assert transfer_to_npu.is_available()
+        assert auto.is_enabled() and torch.ones(1).cuda().device.type == "npu"
+    finally:  # the redirection is process-wide: later tests expect CUDA calls to fail as on a CPU build
+        auto.disable()
+        sys.modules.pop("torch_npu.contrib.transfer_to_npu", None)
 
 
 def test_torch_npu_names_that_are_not_emulated_say_so():
     import torch_npu
 
-    with pytest.raises(NotEmulatedError, match="torch_npu.npu_fusion_attention exists in torch_npu"):
-        _ = torch_npu.npu_fusion_attention
+    with pytest.raises(NotEmulatedError, match="torch_npu.npu_fusion_attention is a torch_npu custom operator"):
+        torch_npu.npu_fusion_attention(None)  # imports (libraries import it), refuses when called
     with pytest.raises(AttributeError) as e:
         _ = torch_npu.no_such_thing
     assert not isinstance(e.value, NotEmulatedError)

@@ -14,6 +14,14 @@ from ascendify.emulator import NpuFidelityError, explain_exception  # noqa: E402
 from ascendify.emulator.errors import NpuUnsupportedError  # noqa: E402
 
 
+@pytest.fixture(autouse=True)
+def _no_cuda_redirection():
+    """These tests are about CUDA on a CPU build: no ``ascendify.auto`` redirection may be active."""
+    import ascendify.auto as auto
+
+    assert not auto.is_enabled(), "a previous test left ascendify.auto's CUDA redirection on"
+
+
 @pytest.mark.parametrize("device_ids", [None, [0]])
 def test_data_parallel_on_npu_says_to_use_ddp(fresh_report, device_ids):
     """None: every emulated device, as on a multi-NPU host; [0]: one device (PyTorch scatters to it too)."""
