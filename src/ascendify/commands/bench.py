@@ -106,7 +106,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "for data (default: batches already on the device)")
     parser.add_argument("--no-flops", action="store_true", help="skip the FLOP count (and MFU)")
     _common_device(parser)
-    sub = parser.add_subparsers(dest="bench_action", metavar="ACTION")
+    sub = parser.add_subparsers(dest="bench_action", metavar="{compare,loader}",
+                                title="actions (default: run the bench)")
     c = sub.add_parser("compare", help="two bench JSON files side by side, with ratios B/A",
                        description="Put two 'ascendify bench --json' files side by side (GPU vs NPU, before vs "
                                    "after): throughput, p50 latency and memory, with ratios B/A.")
