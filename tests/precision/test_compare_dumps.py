@@ -41,3 +41,32 @@ def test_csv_rows_mark_the_culprit(tmp_path):
     assert [r["Module"] for r in culprits] == ["blocks.1.ln2"] and culprits[0]["Result"] == "error"
     assert {r["Result"] for r in rows} <= {"pass", "warning", "error", "skip"}
     assert culprits[0]["Local RelL2"] == pytest.approx(2e-4, rel=0.2)
+
+
+class _MoveTo(torch.nn.Module):
+    """A linear layer whose input is moved with Tensor.to(device) first (golden and target name devices differently)."""
+
+    def __init__(self, device):
+        super().__init__()
+        self.device = device
+        self.fc = torch.nn.Linear(4, 3)
+
+    def forward(self, x):
+        return self.fc(x.to(self.device))
+
+
+def test_device_arguments_are_not_differences(tmp_path):
+    # the golden on 'cpu', the target on another device: x.to(device) differs only in the device argument, which
+    # is the point of comparing (the worked example: CUDA code on the CPU vs the port on the npu)
+    dumps = []
+    for name, device in (("g", torch.device("cpu")), ("t", torch.device("cpu:0"))):
+        torch.manual_seed(0)
+        model = _MoveTo(device).eval()
+        with torch.no_grad(), dump(model, tmp_path / name, level="mix", mode="stats", backward=False):
+            model(torch.randn(2, 4))
+        dumps.append(tmp_path / name)
+    r = compare_dumps(*dumps)
+    moves = [n for n in r.nodes if n.matched and (n.name or "").startswith("Tensor.to")]
+    assert moves, [n.name for n in r.nodes]
+    assert not any(n.flagged for n in r.nodes), [(n.name, n.reasons) for n in r.nodes if n.flagged]
+    assert r.first_divergence is None

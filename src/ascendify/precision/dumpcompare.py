@@ -87,12 +87,16 @@ def _tensor_local(gd: Dump, td: Dump, a: TensorStats, b: TensorStats) -> dict[st
 
 def _scalars(n: Node) -> dict[str, Any]:
     """Non-tensor arguments by key; devices left out (a target on another device is the point of comparing)."""
-    out = {
-        x.key or f"arg{i}": x.value
-        for i, x in enumerate(n.inputs)
-        if isinstance(x, ScalarArg) and x.type not in ("torch.device", "device")
-    }
-    out.update({k: v for k, v in (n.scalars or {}).items() if k != "device"})
+    devices = {"device"}
+    out = {}
+    for i, x in enumerate(n.inputs):
+        if isinstance(x, ScalarArg):
+            if x.type in ("torch.device", "device"):
+                devices.add(x.key or f"arg{i}")
+            else:
+                out[x.key or f"arg{i}"] = x.value
+    # n.scalars repeats the arguments by key (x.to('npu') is {'1': 'npu'}): its devices are left out too
+    out.update({k: v for k, v in (n.scalars or {}).items() if k not in devices})
     return out
 
 
