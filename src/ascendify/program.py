@@ -142,9 +142,10 @@ class Program:
     # -- running -------------------------------------------------------------------------------------------------
 
     def run_in_process(self, *, run_script: Callable[[str], object] | None = None,
-                       hide_frames_of: Iterable[str] = ()) -> int:
+                       hide_frames_of: Iterable[str] = (),
+                       explain: Callable[[BaseException], str | None] | None = None) -> int:
         """Run the script or module in this process as ``__main__`` and return its exit status
-        (:func:`ascendify.scriptrun.run_as_main`; ``run_script`` and ``hide_frames_of`` are passed on).
+        (:func:`ascendify.scriptrun.run_as_main`; ``run_script``, ``hide_frames_of`` and ``explain`` are passed on).
         Interpreter options are applied for the run and undone afterwards."""
         from ascendify.scriptrun import run_as_main
 
@@ -153,7 +154,7 @@ class Program:
         undo = _apply_python_options(self.python_opts)
         try:
             return run_as_main(self.path, self.module, list(self.args), run_script=run_script,
-                               hide_frames_of=hide_frames_of)
+                               hide_frames_of=hide_frames_of, explain=explain)
         finally:
             undo()
 

@@ -33,12 +33,13 @@ def run_as_main(
     *,
     run_script: Callable[[str], object] | None = None,
     hide_frames_of: Iterable[str] = (),
+    explain: Callable[[BaseException], str | None] | None = None,
 ) -> int:
     """Run script ``path`` (or ``module``) as ``__main__`` with ``args``; return its exit status.
 
     ``run_script(path)`` replaces ``runpy.run_path`` (``ascendify run`` compiles the script its own way);
     frames of the files in ``hide_frames_of`` are left out of a printed traceback, as are this module's and
-    runpy's.
+    runpy's. ``explain(exc)`` may return advice, printed after the traceback of an uncaught exception.
     """
     if (path is None) == (module is None):
         raise ValueError("give exactly one of path and module")
@@ -69,10 +70,22 @@ def run_as_main(
         while tb is not None and tb.tb_frame.f_code.co_filename in hidden:
             tb = tb.tb_next
         traceback.print_exception(etype, value, tb)
+        advice = _explain(explain, value)
+        if advice:
+            print(advice, file=sys.stderr)
         return 1
     finally:
         sys.argv = saved_argv
         sys.path[:] = saved_path
+
+
+def _explain(explain: Callable[[BaseException], str | None] | None, exc: BaseException | None) -> str | None:
+    if explain is None or exc is None:
+        return None
+    try:
+        return explain(exc)
+    except Exception:  # advice must never hide the user's own error
+        return None
 
 
 def relaunch_torchrun(torchrun_args: list[str], ascendify_args: list[str], *, who: str) -> int:

@@ -43,6 +43,17 @@ def test_exit_code_and_traceback_of_a_failing_script(tmp_path):
     assert "bad.py" in r.stderr and "npu:0 and cpu" in r.stderr
 
 
+def test_a_script_still_on_nccl_is_told_what_to_do(tmp_path):
+    script = tmp_path / "t.py"
+    script.write_text('import torch.distributed as dist\n'
+                      'dist.init_process_group("nccl", rank=0, world_size=1, init_method="tcp://127.0.0.1:29533")\n')
+    r = _run(["emulate", "-q", str(script)], tmp_path)
+    assert r.returncode == 1
+    assert "NCCL" in r.stderr  # the program's own error, then the advice
+    assert "the program still uses CUDA (the nccl backend: on Ascend it is hccl)" in r.stderr
+    assert "ascendify run --to npu" in r.stderr
+
+
 def test_module_mode_with_fidelity_error(tmp_path):
     pkg = tmp_path / "mypkg"
     pkg.mkdir()

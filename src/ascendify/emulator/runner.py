@@ -22,7 +22,7 @@ def run_emulated(prog: Program, *, json_path: str | None, quiet: bool) -> int:
     except (emu.EmulatorError, ValueError) as e:
         print(f"ascendify emulate: {e}", file=sys.stderr)
         return 3
-    code = prog.run_in_process()
+    code = prog.run_in_process(explain=emu.explain_exception)
     try:
         rep = emu.report()
         rep["exit_code"] = code
