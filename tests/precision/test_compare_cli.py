@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import io
 import json
 import shutil
 
@@ -167,3 +168,23 @@ def test_worked_example_cuda_original_vs_npu_port_on_the_emulated_npu(tmp_path):
     payload = json.loads((tmp_path / "o" / "compare.json").read_text())
     assert payload["meta"]["target_autocast"] == "torch.bfloat16" and payload["meta"]["target_device"].startswith("npu")
     assert payload["matched"] >= 20 and payload["end_to_end"]["cosine"] > 0.9999
+
+
+@pytest.mark.parametrize("width", [80, 100])
+def test_flagged_table_fits_the_terminal(dumps, width):
+    # at 80 columns the last number column was cropped to its first letter; now columns are dropped instead
+    from ascendify import report
+    from ascendify.precision import compare_dumps
+    from ascendify.precision.compare_report import print_summary
+
+    con = report.console(file=io.StringIO(), width=width)
+    print_summary(compare_dumps(dumps / "golden", dumps / "perm"), console=con)
+    text = con.file.getvalue()
+    header = " ".join(line for line in text.splitlines() if "┃" in line)
+    for word in ("result", "target call", "local err", "limit", "code err"):
+        assert word in header or word.replace(" ", "") in header.replace(" ", ""), header
+    # every header cell shown is whole: no cropped fragment at the right edge
+    last = [line for line in text.splitlines() if "┃" in line][-1].rstrip()
+    assert last.endswith(("err", "limit")), last
+    assert ("output err" in header) == (width >= 100)
+    assert all(len(line) <= width for line in text.splitlines())
