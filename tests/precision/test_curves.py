@@ -71,3 +71,20 @@ def test_missing_file_and_unknown_series(tmp_path):
         load_history(tmp_path / "nope.json")
     with pytest.raises(CurveError, match="not in both"):
         compare_curves(A, B, series=["grad_norm"])
+
+
+def test_summary_at_80_columns_keeps_one_line_per_series(tmp_path):
+    # the timing note used to fold over six lines at 80 columns
+    import io
+
+    from ascendify import report
+    from ascendify.precision.compare_report import print_curves
+
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    a.write_text(json.dumps(A))
+    b.write_text(json.dumps(B))
+    con = report.console(file=io.StringIO(), width=80)
+    print_curves(compare_curves(a, b, tolerance=0.05), console=con)
+    rows = [line for line in con.file.getvalue().splitlines() if "│" in line]
+    assert [r.split("│")[0].strip() for r in rows] == ["train_loss", "val_acc", "epoch_time"], rows
+    assert "timing: not judged" in con.file.getvalue()

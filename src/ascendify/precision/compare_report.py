@@ -351,7 +351,7 @@ _CURVE_COLUMNS = [
     report.Column("series"),
     report.Column("result", kind="status"),
     report.Column("steps", kind="number"),
-    report.Column("first", "first step outside", kind="number"),
+    report.Column("first", "first outside", kind="number"),
     report.Column("max_rel", "max rel diff", kind="number"),
     report.Column("note"),
 ]

@@ -276,7 +276,7 @@ def compare_curves(
         entry["max_at"] = xa[worst_i] if worst_i is not None else None
         entry["first_outside"] = first
         if not entry["checked"]:
-            entry["note"] = "timing: differs between devices by nature, reported only"
+            entry["note"] = "timing: not judged"
         if len(ya) != len(yb):
             entry["note"] = (entry.get("note", "") + f"; lengths differ ({len(ya)} vs {len(yb)})").lstrip("; ")
         res.series[name] = entry
