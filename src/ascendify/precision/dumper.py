@@ -215,7 +215,7 @@ class _Rec:
 
     __slots__ = (
         "name", "kind", "direction", "call_index", "order", "module_path", "api", "class_name", "parent",
-        "args", "kwargs", "outputs", "params", "grads", "source", "autocast", "backward", "base", "ac",
+        "args", "outputs", "params", "grads", "source", "autocast", "backward", "base", "ac",
     )  # fmt: skip
 
     def __init__(self, name, kind, direction, call_index, order, module_path, api, class_name, parent, base):
@@ -229,8 +229,7 @@ class _Rec:
         self.class_name = class_name
         self.parent = parent
         self.base = base  # name without direction/index, e.g. "Functional.gelu" / "Module.fc.Linear"
-        self.args: list = []
-        self.kwargs: dict = {}
+        self.args: list = []  # positional and keyword inputs, keyed "0", "1.0", "weight"
         self.outputs: list = []
         self.params: dict = {}
         self.grads: dict = {}
