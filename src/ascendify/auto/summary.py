@@ -7,7 +7,6 @@ from typing import Any
 from ascendify import program
 from ascendify.fileio import write_json
 from ascendify.report import plural
-from ascendify.report.tables import terminal_width
 
 MAX_ROWS = 25
 
@@ -25,14 +24,13 @@ def headline(rep: dict[str, Any]) -> str:
 
 
 def render(rep: dict[str, Any], file=None) -> None:
-    """Print the report with rich (plain text when the stream is not a terminal)."""
-    from rich.console import Console
-    from rich.table import Table
+    """Print the report with rich (plain text when the stream is not a terminal); call sites keep their file:line."""
+    from ascendify import report
 
-    console = Console(file=file, stderr=file is None, highlight=False, soft_wrap=False, width=terminal_width())
+    console = report.console(stderr=file is None, file=file)
     console.print(f"[bold]{headline(rep)}[/bold]")
     for note in rep["target"].get("notes", []):
-        console.print(f"  note: {note}")
+        console.print(f"  note: {note}", markup=False)
     sections = (
         ("redirected", "Redirected", "to"),
         ("no_effect", "Accepted with no effect on the target", "reason"),
@@ -43,24 +41,17 @@ def render(rep: dict[str, Any], file=None) -> None:
         rows = rep[key]
         if not rows:
             continue
-        table = Table(title=title, title_justify="left", show_lines=False, expand=False)
-        table.add_column("API")
-        table.add_column("calls", justify="right")
-        table.add_column("first call site")
-        table.add_column(third, overflow="fold")
-        for r in rows[:MAX_ROWS]:
-            table.add_row(r["api"], str(r["count"]), r["first_site"], str(r[third]))
+        cols = [report.Column("api", "API"), report.Column("count", "calls", kind="number"),
+                report.Column("first_site", "first call site", kind="path"), report.Column(third)]
+        shown = [{**r, third: str(r[third])} for r in rows[:MAX_ROWS]]
         if len(rows) > MAX_ROWS:
-            table.add_row(f"... {len(rows) - MAX_ROWS} more (see --log)", "", "", "")
-        console.print(table)
+            shown.append({"api": f"... {len(rows) - MAX_ROWS} more (see --log)"})
+        report.print_table(cols, shown, title=title, console=console)
     if rep["findings"]:
-        table = Table(title="Findings in your code (CUDA checks)", title_justify="left")
-        table.add_column("site")
-        table.add_column("code")
-        table.add_column("why", overflow="fold")
-        for f in rep["findings"][:MAX_ROWS]:
-            table.add_row(f"{f['file']}:{f['line']}", f["code"], f["message"])
-        console.print(table)
+        cols = [report.Column("site", kind="path"), report.Column("code"), report.Column("why")]
+        shown = [{"site": f"{f['file']}:{f['line']}", "code": f["code"], "why": f["message"]}
+                 for f in rep["findings"][:MAX_ROWS]]
+        report.print_table(cols, shown, title="Findings in your code (CUDA checks)", console=console)
 
 
 def is_rank_zero() -> bool:
