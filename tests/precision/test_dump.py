@@ -424,3 +424,17 @@ def test_inference_mode_dict_outputs_and_a_failing_forward(tmp_path):
         b(torch.randn(1, 2))
     names = [n.name for n in load_dump(tmp_path / "boom").nodes]
     assert "Module.0.Linear.forward.0" in names and "Module.1.Boom.forward.0" in names  # written, error kept
+
+
+def test_infinite_values_and_arguments_are_dumped_as_msprobe_writes_them(tmp_path):
+    # attention masks filled with -inf are everywhere; msprobe writes them as JSON's Infinity / -Infinity
+    lin = nn.Linear(4, 4)
+    mask = torch.tensor([[True, False, False, False]] * 2)
+    with dump(lin, tmp_path / "d", level="mix", mode="stats"):
+        scores = lin(torch.randn(2, 4)).masked_fill(mask, float("-inf"))
+        torch.softmax(scores, -1)
+    d = load_dump(tmp_path / "d")
+    fill = next(n for n in d.nodes if n.name.startswith("Tensor.masked_fill"))
+    assert fill.outputs[0].min == -math.inf
+    assert any(getattr(a, "value", None) == -math.inf for a in fill.inputs)
+    assert "-Infinity" in next((tmp_path / "d").rglob("dump.json")).read_text()

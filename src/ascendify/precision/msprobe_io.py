@@ -193,7 +193,7 @@ def write_step(dumper, recs, rows) -> Path:
     # the files written before it are only read through it
     _write_plain(folder / "stack.json", json.dumps(stack_doc) + "\n")
     _write_plain(folder / "construct.json", json.dumps(construct) + "\n")
-    write_atomic(folder / "dump.json", json.dumps(doc, allow_nan=False) + "\n", mode=0o644, durable=False)
+    write_atomic(folder / "dump.json", json.dumps(doc) + "\n", mode=0o644, durable=False)
     return folder
 
 
