@@ -104,3 +104,19 @@ def test_a_verb_whose_front_end_is_missing_is_hidden(monkeypatch):
     assert cli._load("ascendify.commands.nothing_yet") is None
     help_text = cli.build_parser().format_help()
     assert "nothing-yet" not in help_text and "migrate" in help_text
+
+
+def test_output_into_a_closed_pipe_is_no_traceback():
+    # `ascendify doctor --list-checks | head -1` printed a BrokenPipeError traceback
+    import os
+
+    r, w = os.pipe()
+    os.close(r)  # the reader is gone before the first write, like `head -1` after its line: deterministic
+    try:
+        p = subprocess.run([sys.executable, "-m", "ascendify", "migrate", "--list-rules"], stdout=w,
+                           stderr=subprocess.PIPE, timeout=60)
+    finally:
+        os.close(w)
+    err = p.stderr.decode()
+    assert "Traceback" not in err and "BrokenPipeError" not in err, err
+    assert p.returncode == 141

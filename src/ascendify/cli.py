@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from ascendify import __version__
@@ -72,6 +73,13 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("ascendify: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # the reader went away (`ascendify ... | head`): stop quietly, and keep the exit-time flush from raising too
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+        return 141
 
 
 if __name__ == "__main__":
