@@ -1,37 +1,24 @@
-"""The same ``ascendify bench`` sweep on the CPU and on the emulated NPU, side by side with ratios.
+"""The same bench configurations on the CPU and on the emulated NPU, alternated, side by side with ratios.
 
     .venv/bin/python benchmarks/bench_cpu_vs_emulated.py                      # resnet18/50, infer+train, fp32/bf16
     .venv/bin/python benchmarks/bench_cpu_vs_emulated.py --models resnet18 --batch-sizes 2,8 --image-size 64
 
-Each side runs in its own process (``ascendify bench --device cpu`` / ``--device npu`` with no real NPU:
-the emulated one), one intra-op thread by default, so the emulator's host-memory tuning does not touch the CPU
-side. Prints both tables, the per-configuration ratio (emulated throughput / CPU throughput) and its geometric
-mean per mode; ``--json FILE`` keeps everything. Speeds on the emulated NPU are the host's: this measures
-the emulator's overhead, never NPU speed.
+One process, one intra-op thread by default: the emulated NPU is enabled first (it must precede any
+backward), then every configuration runs on the CPU and right after on the emulated NPU, so a change in the
+machine's load hits both sides alike (on a shared machine, two sequential sweeps can differ by 5x from load
+alone). Both sides see the emulator's host-memory tuning (glibc thresholds), so the ratio is the emulator's
+per-op cost. Prints both results, the ratio emulated/CPU per configuration and its geometric mean per mode;
+``--json FILE`` keeps everything. Speeds on the emulated NPU are the host's: this measures the emulator's
+overhead, never NPU speed.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import dataclasses
 import math
 import os
-import subprocess
-import sys
-import tempfile
 import time
-from pathlib import Path
-
-
-def bench(device: str, args, json_path: Path) -> float:
-    cmd = [sys.executable, "-m", "ascendify", "bench", "--device", device, "--model", args.models,
-           "--mode", args.modes, "--precision", args.precisions, "--batch-size", args.batch_sizes,
-           "--image-size", str(args.image_size), "--steps", str(args.steps), "--warmup", str(args.warmup),
-           "--repeats", str(args.repeats), "--threads", str(args.threads), "--json", str(json_path)]
-    env = dict(os.environ, COLUMNS=os.environ.get("COLUMNS", "110"))
-    t0 = time.perf_counter()
-    subprocess.run(cmd, check=True, env=env)
-    return time.perf_counter() - t0
 
 
 def main(argv=None) -> int:
@@ -49,15 +36,32 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     from ascendify import report
-    from ascendify.bench import output
+    from ascendify.bench import BenchConfig, output, resolve, run_one
+    from ascendify.bench.device import set_threads
 
-    with tempfile.TemporaryDirectory() as tmp:
-        cpu_json, npu_json = Path(tmp) / "cpu.json", Path(tmp) / "npu.json"
-        t_cpu = bench("cpu", args, cpu_json)
-        t_npu = bench("npu", args, npu_json)
-        a, b = output.load_records(cpu_json), output.load_records(npu_json)
+    npu = resolve("npu")  # before any backward
+    cpu = resolve("cpu")
+    set_threads(args.threads)
+    a, b = [], []
+    t0 = time.perf_counter()
+    loads = []
+    for model in args.models.split(","):
+        for mode in args.modes.split(","):
+            for prec in args.precisions.split(","):
+                for bs in (int(x) for x in args.batch_sizes.split(",")):
+                    cfg = BenchConfig(model=model, mode=mode, precision=prec, batch_size=bs,
+                                      image_size=args.image_size, steps=args.steps, warmup=args.warmup,
+                                      repeats=args.repeats)
+                    ra = run_one(cfg, cpu).to_dict()
+                    rb = run_one(dataclasses.replace(cfg), npu).to_dict()
+                    a.append(ra)
+                    b.append(rb)
+                    loads.append(os.getloadavg()[0])
+                    print(f"{model} {mode} {prec} b{bs}: cpu {ra['throughput'] or 0:.3g}/s, emulated npu "
+                          f"{rb['throughput'] or 0:.3g}/s, ratio "
+                          f"{(rb['throughput'] or 0) / (ra['throughput'] or float('nan')):.3f}", flush=True)
     rows = output.compare(a, b)
-    report.print_table(output.compare_columns("cpu", "emulated npu"), rows,
+    report.print_table(output.compare_columns("A", "B"), rows,
                        title="A = cpu, B = emulated npu (host speed, not NPU speed): B/A = emulator overhead")
     summary = {}
     for mode in args.modes.split(","):
@@ -68,11 +72,11 @@ def main(argv=None) -> int:
                              "n": len(ratios)}
             print(f"{mode}: emulated/cpu throughput geometric mean {gm:.3f} (min {min(ratios):.3f}, "
                   f"max {max(ratios):.3f}, {len(ratios)} configurations)")
-    print(f"wall: cpu side {t_cpu:.0f} s, emulated side {t_npu:.0f} s; load average {os.getloadavg()[0]:.1f}")
+    print(f"wall {time.perf_counter() - t0:.0f} s; load average during the runs {min(loads):.1f}-{max(loads):.1f}"
+          f" on {os.cpu_count()} cores, {args.threads} thread(s)")
     if args.json:
         report.write_json(args.json, {"cpu": a, "emulated_npu": b, "compare": rows, "summary": summary,
-                                      "args": vars(args)})
-    json.dumps(summary)
+                                      "args": vars(args), "load_average": loads})
     return 0
 
 
