@@ -207,3 +207,17 @@ def test_two_inputs_that_would_write_the_same_output_file_are_refused(tmp_path, 
     b.rename(tmp_path / "b" / "other")
     assert run(a, tmp_path / "b" / "other", "-o", tmp_path / "out", "-q") == 0
     assert (tmp_path / "out" / "proj" / "train.py").exists() and (tmp_path / "out" / "other" / "train.py").exists()
+
+
+def test_a_skipped_file_under_diff_is_not_said_to_be_copied(tmp_path, capsys):
+    # `migrate broken.py --diff` said "(copied unchanged)" and "No CUDA-specific code found" though it wrote
+    # nothing and never read the file's CUDA call
+    bad = tmp_path / "broken.py"
+    bad.write_text("def f(:\n    x = torch.cuda.is_available()\n")
+    assert run(bad, "--diff") == 3
+    err = capsys.readouterr()
+    text = err.out + err.err
+    assert "skipped" in text and "does not parse" in text
+    assert "copied unchanged" not in text and "No CUDA-specific code found." not in text
+    assert run(bad, "-o", tmp_path / "out") == 3
+    assert "(copied unchanged)" in "".join(capsys.readouterr())

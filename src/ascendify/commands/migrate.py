@@ -192,7 +192,8 @@ def run(args: argparse.Namespace) -> int:
             print_summary(report, results, console, verbose=args.verbose)
             for r in results:
                 if r.status == "skipped":
-                    console.print(f"[yellow]skipped[/] {r.path}: {r.reason} (copied unchanged)", highlight=False)
+                    copied = " (copied unchanged)" if mode == "write" else ""
+                    console.print(f"[yellow]skipped[/] {r.path}: {r.reason}{copied}", highlight=False)
             for line in next_steps(report, results, mode=mode, output=args.output, inputs=list(args.paths),
                                    report_dir=report_dir):
                 console.print(line, highlight=False, soft_wrap=True)  # commands and paths stay copy-pasteable

@@ -258,6 +258,8 @@ def print_summary(report: dict[str, Any], results: list[FileResult], console, *,
                        "person" + (f" ({t['unsupported']} unsupported on Ascend)." if t["unsupported"] else "."))
         out.append(f"{t['accounted_share']:.0%} accounted for (converted or listed by a specific rule, not by "
                    "ASC099).")
+    elif t["skipped"]:
+        out.append("No CUDA-specific code found in the files read (the skipped ones were not read).")
     else:
         out.append("No CUDA-specific code found.")
     bits = [plural(t["api_notes"], "API note")] if t["api_notes"] else []
