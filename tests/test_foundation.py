@@ -96,3 +96,23 @@ def test_source_tree_guard_sees_outputs_in_examples_and_ignored_files(tmp_path):
     (tmp_path / "out" / "report.json").write_text("{}")
     (tmp_path / "examples" / "train.py").write_text("x = 2\n")
     assert tree_state(tmp_path) == {"!! examples/ckpt_cuda.pt", "!! out/", " M examples/train.py"}
+
+
+def test_output_problem_names_what_is_wrong(tmp_path):
+    (tmp_path / "afile").write_text("x")
+    assert fileio.output_problem(tmp_path / "new" / "deeper" / "r.json") is None  # missing folders are made
+    assert fileio.output_problem(tmp_path / "r.json") is None
+    assert "is a folder" in fileio.output_problem(tmp_path)
+    assert fileio.output_problem(tmp_path / "afile" / "r.json") == f"{tmp_path / 'afile'} is a file, not a folder"
+    assert "is a file" in fileio.output_problem(tmp_path / "afile" / "sub" / "r.json")
+
+
+@pytest.mark.parametrize("verb, option", [("run", "--log"), ("emulate", "--json")])
+def test_a_bad_report_path_stops_before_the_program_runs(tmp_path, capsys, verb, option):
+    # `ascendify run --log afile/x.json train.py` ran the whole program, then could not write the report (exit 0)
+    (tmp_path / "afile").write_text("x")
+    script = tmp_path / "prog.py"
+    script.write_text(f"open({str(tmp_path / 'ran')!r}, 'w').close()\n")
+    assert cli.main([verb, option, str(tmp_path / "afile" / "x.json"), str(script)]) == 2
+    assert "afile is a file, not a folder" in capsys.readouterr().err
+    assert not (tmp_path / "ran").exists()

@@ -53,6 +53,25 @@ def write_atomic(
         raise
 
 
+def output_problem(path: str | os.PathLike[str]) -> str | None:
+    """Why a file cannot be written at ``path`` (checked before a long run, not after it), or None.
+
+    >>> output_problem("/") is not None
+    True
+    """
+    path = Path(path)
+    if path.is_dir():
+        return f"{path} is a folder; give a file name"
+    parent = path.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent  # write_atomic makes the missing folders
+    if not parent.is_dir():
+        return f"{parent} is a file, not a folder"
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return f"no permission to write in {parent}"
+    return None
+
+
 def _umask() -> int:
     """The process umask (read by setting and restoring it: there is no read-only call)."""
     mask = os.umask(0o022)

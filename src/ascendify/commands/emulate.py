@@ -64,6 +64,11 @@ def run(args: argparse.Namespace) -> int:
     except ProgramError as e:
         print(f"ascendify emulate: {e}", file=sys.stderr)
         return 2
+    from ascendify.fileio import output_problem
+
+    if args.json and (problem := output_problem(args.json)):  # found now, not after the program has run
+        print(f"ascendify emulate: --json {args.json}: {problem}", file=sys.stderr)
+        return 2
     os.environ.update(_settings_env(args))
     os.environ["ASCENDIFY_EMULATE"] = "npu"
     from ascendify.emulator import runner

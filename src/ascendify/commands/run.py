@@ -59,6 +59,11 @@ def run(args: argparse.Namespace) -> int:
     except ProgramError as e:
         print(f"ascendify run: {e}", file=sys.stderr)
         return 2
+    from ascendify.fileio import output_problem
+
+    if args.log and (problem := output_problem(args.log)):  # found now, not after the program has run
+        print(f"ascendify run: --log {args.log}: {problem}", file=sys.stderr)
+        return 2
 
     target = args.to or os.environ.get("ASCENDIFY_TARGET") or "auto"
     from ascendify.auto import launch
