@@ -142,3 +142,14 @@ def test_digits_are_learned(tiny_cfg):
     history = train(tiny_cfg(data="digits", epochs=3, batch_size=32, image_size=8), show_progress=False)
     assert history[-1]["val_acc"] >= 0.5, history  # chance is 0.1
     assert history[-1]["train_loss"] < history[0]["train_loss"]
+
+
+def test_bad_input_leaves_no_output_folder_and_out_may_not_be_a_file(tmp_path):
+    # `--data empty/` and `--model nofile.py:X` left an empty --out folder behind; `--out FILE` was a traceback
+    (tmp_path / "empty").mkdir()
+    r = run_cli("--data", str(tmp_path / "empty"), "--out", str(tmp_path / "o"), "-q")
+    assert r.returncode == 2 and "class folder" in r.stderr
+    assert not (tmp_path / "o").exists()
+    (tmp_path / "afile").write_text("x")
+    r = run_cli("--model", f"{TINY}:make", "--out", str(tmp_path / "afile"), "-q")
+    assert r.returncode == 2 and "is a file, not a folder" in r.stderr and "Traceback" not in r.stderr

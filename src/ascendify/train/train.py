@@ -59,7 +59,8 @@ def train(cfg: TrainConfig, *, show_progress: bool = True) -> list[dict]:
     ctx, device = distributed.setup(device, emulated)
     out = Path(cfg.out)
     if ctx.is_main:
-        out.mkdir(parents=True, exist_ok=True)
+        if out.exists() and not out.is_dir():
+            raise ConfigError(f"--out {out}: is a file, not a folder")
         _check_out(cfg, out)
     seed_everything(cfg.seed)
 
@@ -87,6 +88,8 @@ def train(cfg: TrainConfig, *, show_progress: bool = True) -> list[dict]:
         progress = checkpoint.load(out / "last.pt", model=model, optimizer=optimizer, scheduler=scheduler,
                                    scaler=scaler, device=device)
     model = distributed.wrap(model, ctx, device)
+    if ctx.is_main:
+        out.mkdir(parents=True, exist_ok=True)  # only now: bad data or a bad model leave no empty folder behind
     writer = metrics.Writer(out, enabled=ctx.is_main, tensorboard=cfg.tensorboard)
     view = ProgressView(cfg, ctx, device, emulated, enabled=show_progress and ctx.is_main)
     steps_per_epoch = math.ceil(math.ceil(sampler.num_samples / cfg.batch_size) / cfg.grad_accum)
