@@ -120,3 +120,15 @@ def test_output_into_a_closed_pipe_is_no_traceback():
     err = p.stderr.decode()
     assert "Traceback" not in err and "BrokenPipeError" not in err, err
     assert p.returncode == 141
+
+
+@pytest.mark.parametrize("verb", ["doctor", "migrate", "compare"])
+def test_help_prose_wraps_to_80_columns_and_examples_stay_whole(verb, monkeypatch, capsys):
+    # the descriptions were printed as written, 105-115 characters wide, whatever the terminal
+    monkeypatch.setenv("COLUMNS", "80")
+    with pytest.raises(SystemExit):
+        cli.main([verb, "--help"])
+    text = capsys.readouterr().out
+    wide = [line for line in text.splitlines() if len(line) > 80]
+    assert all(line.startswith("  ascendify ") or line.startswith(" " * 10) for line in wide), wide
+    assert f"\n  ascendify {verb} " in text  # the example block kept its indentation and its lines

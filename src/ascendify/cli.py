@@ -11,6 +11,7 @@ import argparse
 import importlib
 import os
 import sys
+import textwrap
 
 from ascendify import __version__
 
@@ -37,6 +38,22 @@ def _load(module: str):
         raise
 
 
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """A verb's description: prose paragraphs wrap to the terminal (``ascendify doctor --help`` at 80 columns);
+    paragraphs with indented lines (examples, numbered steps) stay as written, so commands stay copy-pasteable."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        out = []
+        for para in text.split("\n\n"):
+            lines = para.splitlines()
+            if lines and not any(line[:1].isspace() for line in lines):
+                out.append(textwrap.fill(" ".join(line.strip() for line in lines), width, initial_indent=indent,
+                                         subsequent_indent=indent, break_on_hyphens=False, break_long_words=False))
+            else:
+                out.append("\n".join(indent + line for line in lines))
+        return "\n\n".join(out)
+
+
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ascendify",
@@ -54,7 +71,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
             verb,
             help=mod.HELP,
             description=getattr(mod, "DESCRIPTION", mod.HELP),
-            formatter_class=argparse.RawDescriptionHelpFormatter,
+            formatter_class=_HelpFormatter,
         )
         mod.add_arguments(p)
         p.set_defaults(_run=mod.run)
