@@ -132,3 +132,10 @@ def test_help_prose_wraps_to_80_columns_and_examples_stay_whole(verb, monkeypatc
     wide = [line for line in text.splitlines() if len(line) > 80]
     assert all(line.startswith("  ascendify ") or line.startswith(" " * 10) for line in wide), wide
     assert f"\n  ascendify {verb} " in text  # the example block kept its indentation and its lines
+
+
+def test_top_level_help_says_where_to_start(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["--help"])
+    text = capsys.readouterr().out
+    assert "ascendify demo" in text and "COMMAND --help" in text

@@ -58,6 +58,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ascendify",
         description="Take PyTorch code written for NVIDIA GPUs to Huawei Ascend NPUs, and prove it right and fast.",
+        epilog="Start with `ascendify demo` (every step on the bundled CUDA example, one HTML report) or "
+               "`ascendify doctor`. `ascendify COMMAND --help` lists a command's options and examples; no NPU is "
+               "needed: an emulated npu device on the CPU stands in.",
     )
     parser.add_argument("--version", action="version", version=f"ascendify {__version__}")
     sub = parser.add_subparsers(dest="verb", metavar="COMMAND")
