@@ -90,3 +90,22 @@ def test_parse_program(tokens, expected):
     p = Program.parse(tokens, check=False)
     assert (p.kind, p.path or p.module if p.kind != "torchrun" else None,
             p.torchrun_args if p.kind == "torchrun" else p.args) == expected
+
+
+@pytest.mark.parametrize("argv, env, says", [
+    (["--memory", "1Q"], {}, "not a memory size: '1Q'"),
+    (["--devices", "0"], {}, "device_count=0"),
+    ([], {"ASCENDIFY_EMULATE_MEMORY": "zz"}, "not a memory size: 'zz'"),
+])
+def test_bad_settings_are_usage_errors_not_tracebacks(tmp_path, monkeypatch, capsys, argv, env, says):
+    from ascendify import cli
+
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    script = tmp_path / "prog.py"
+    script.write_text("print('ran')\n")
+    before = {k: v for k, v in os.environ.items() if k.startswith("ASCENDIFY_EMULATE")}
+    assert cli.main(["emulate", *argv, str(script)]) == 2
+    out = capsys.readouterr()
+    assert says in out.err and "Traceback" not in out.err and "ran" not in out.out
+    assert {k: v for k, v in os.environ.items() if k.startswith("ASCENDIFY_EMULATE")} == before

@@ -69,7 +69,15 @@ def run(args: argparse.Namespace) -> int:
     if args.json and (problem := output_problem(args.json)):  # found now, not after the program has run
         print(f"ascendify emulate: --json {args.json}: {problem}", file=sys.stderr)
         return 2
-    os.environ.update(_settings_env(args))
+    settings = _settings_env(args)
+    try:  # a bad --memory/--devices (or ASCENDIFY_EMULATE_*) is a usage error, not a traceback
+        from ascendify.emulator.settings import Settings
+
+        Settings.from_env({**os.environ, **settings})
+    except ValueError as e:
+        print(f"ascendify emulate: {e}", file=sys.stderr)
+        return 2
+    os.environ.update(settings)
     os.environ["ASCENDIFY_EMULATE"] = "npu"
     from ascendify.emulator import runner
 
