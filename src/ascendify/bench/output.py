@@ -225,7 +225,7 @@ def compare(a: list[dict], b: list[dict]) -> list[dict]:
         else:
             status = "ok"
         rows.append({
-            "model": k[0], "mode": k[1], "precision": k[2], "batch_size": k[3],
+            "model": k[0], "mode": k[1], "precision": k[2], "batch_size": k[3], "run": f"{k[1]} {k[2]}",
             "variant": " ".join(w for w, on in (("channels_last", k[4]), ("compiled", k[5])) if on) or None,
             "status_a": ra.get("status", "missing"), "status_b": rb.get("status", "missing"),
             "throughput_a": ta, "throughput_b": tb, "throughput_ratio": ratio,
@@ -241,11 +241,10 @@ def compare_columns(name_a: str, name_b: str):
     from ascendify.report import Column
 
     return [
-        Column("model"), Column("mode"), Column("precision", "prec"), Column("batch_size", "batch", "number"),
+        Column("model", kind="path"), Column("run"), Column("batch_size", "batch", "number"),
         Column("throughput_a", f"{name_a} /s", "number"), Column("throughput_b", f"{name_b} /s", "number"),
-        Column("throughput_ratio", "B/A speed", "number"), Column("latency_p50_a", f"{name_a} p50 ms", "number"),
-        Column("latency_p50_b", f"{name_b} p50 ms", "number"), Column("memory_ratio", "B/A memory", "number"),
-        Column("status", kind="status"),
+        Column("throughput_ratio", "B/A speed", "number"), Column("latency_ratio", "B/A p50", "number"),
+        Column("memory_ratio", "B/A mem", "number"), Column("status", kind="status"),
     ]
 
 
