@@ -188,3 +188,20 @@ def test_flagged_table_fits_the_terminal(dumps, width):
     assert last.endswith(("err", "limit")), last
     assert ("output err" in header) == (width >= 100)
     assert all(len(line) <= width for line in text.splitlines())
+
+
+def test_zoo_models_get_a_small_example_batch():
+    # a resnet18 from ascendify.models (224 px by default) took 4 minutes in lockstep on the emulated npu under bf16
+    from ascendify.precision.loading import inputs
+
+    image = nn.Identity()
+    image.ascendify_task, image.ascendify_image_size = "image-classification", 224
+    (x,) = inputs(None, image)
+    assert tuple(x.shape) == (2, 3, 64, 64)
+    small = nn.Identity()
+    small.ascendify_task, small.ascendify_image_size = "image-classification", 32
+    assert tuple(inputs(None, small)[0].shape) == (2, 3, 32, 32)  # a model's own smaller size is kept
+    lm = nn.Identity()
+    lm.ascendify_task, lm.ascendify_seq_len, lm.vocab_size = "causal-lm", 1024, 50
+    (t,) = inputs(None, lm)
+    assert tuple(t.shape) == (2, 32) and int(t.max()) < 50
