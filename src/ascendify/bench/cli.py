@@ -115,7 +115,7 @@ def run_bench(args) -> int:
             report.console().print(msg)
         elif r.get("status") == "ok" and r.get("data_time_fraction") is not None:
             report.console().print(f"{r['model']} {r['mode']} {r['precision']} batch {r['batch_size']}: "
-                                   f"{r['data_time_fraction']:.0%} of the time waiting for the DataLoader")
+                                   f"{r['data_time_fraction']:.1%} of the time waiting for the DataLoader")
         elif r.get("status") != "ok":
             report.console().print(f"[red]{r['model']} {r['mode']} {r['precision']} batch {r['batch_size']}: "
                                    f"{r['status']}: {r.get('error')}[/red]")
