@@ -96,3 +96,13 @@ def test_environment_checks_import_neither_torch_nor_torch_npu():
     assert p.returncode == 0, p.stderr
     code = "import sys; import ascendify.commands.doctor; assert 'torch' not in sys.modules and 'ascendify.doctor' not in sys.modules"
     assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0
+
+
+def test_list_checks_fits_80_columns(capsys, monkeypatch):
+    # the checks' documentation was printed as written, up to 115 characters wide
+    monkeypatch.setenv("COLUMNS", "80")
+    assert cli.main(["doctor", "--list-checks"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    body = [line for line in lines if not line.startswith("smoke:<target>")]
+    assert all(len(line) <= 80 for line in body), [line for line in body if len(line) > 80]
+    assert any(line.startswith("    Fix: ") for line in lines)

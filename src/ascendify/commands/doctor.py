@@ -112,11 +112,16 @@ def _list_checks(registry, args) -> int:
         rows.append({"id": "perf:<target>", "title": "Matmul TFLOP/s, event timing, host<->device GB/s", "section": "device", "doc": ""})
         sys.stdout.write(report.dumps_json(rows) + "\n")
         return 0
+    import shutil
+    import textwrap
+
+    width = max(40, min(shutil.get_terminal_size((100, 24)).columns, 120))
     for c in registry.values():
         print(f"{c.id}: {c.title}")
-        for line in c.doc.splitlines():
-            print(f"    {line}" if line else "")
-        print()
+        for para in c.doc.split("\n\n"):  # paragraphs re-wrapped to the terminal (they were ~115 wide)
+            text = " ".join(para.split())
+            print(textwrap.fill(text, width, initial_indent="    ", subsequent_indent="      ") if text else "")
+            print()
     print("smoke:<target>, perf:<target>: device checks (targets npu, cuda, emulated, cpu); --check device runs them")
     return 0
 
