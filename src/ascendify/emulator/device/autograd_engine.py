@@ -10,7 +10,12 @@ process, from the device count of every registered device guard. The Python devi
 Both fail an internal assert of the engine ("device_ready_queues_ ... INTERNAL ASSERT FAILED ... please report
 a bug to PyTorch"). :func:`install` wraps the engine's Python entry point (``_engine_run_backward``, behind
 ``Tensor.backward`` and ``torch.autograd.grad``) to turn that assert into an
-:class:`~ascendify.emulator.errors.EmulatorError` that says what to do; nothing else changes.
+:class:`~ascendify.emulator.errors.EmulatorError` that says what to do.
+
+The engine runs npu backward nodes in its own device thread, whose intra-op thread count (an OpenMP setting of
+each thread) was fixed when the thread started: after ``torch.set_num_threads(n)`` the CPU's backward would use n
+threads and the npu's the old number, so the two stop agreeing bit for bit. The wrapper gives the root npu node a
+pre-hook that brings the device thread to the caller's count first (a C call, once per backward).
 """
 
 from __future__ import annotations
@@ -49,9 +54,27 @@ def explain(err: RuntimeError, outputs) -> EmulatorError | None:
     return EmulatorError(f"autograd cannot run on the emulated npu device in this process: {LATE_ENABLE}")
 
 
+def _thread_sync_hooks(outputs) -> list:
+    """Pre-hooks on the npu roots of this backward that set the device thread's intra-op thread count to the
+    caller's (see the module docstring); returns their handles, removed after the backward."""
+    ts = [outputs] if isinstance(outputs, torch.Tensor) else list(outputs or ())
+    roots = [t.grad_fn for t in ts
+             if isinstance(t, torch.Tensor) and t.device.type == "npu" and t.grad_fn is not None]
+    if not roots:
+        return []
+    wanted = torch.get_num_threads()
+
+    def sync(grad_outputs):
+        if torch.get_num_threads() != wanted:
+            torch.set_num_threads(wanted)
+
+    return [roots[0].register_prehook(sync)]
+
+
 def _wrap(original):
     @functools.wraps(original)
     def run_backward(t_outputs, *args, **kwargs):
+        handles = _thread_sync_hooks(t_outputs)
         try:
             return original(t_outputs, *args, **kwargs)
         except RuntimeError as e:
@@ -59,6 +82,9 @@ def _wrap(original):
             if clear is None:
                 raise
             raise clear from e
+        finally:
+            for h in handles:
+                h.remove()
 
     run_backward.__ascendify_original__ = original
     return run_backward
