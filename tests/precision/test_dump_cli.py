@@ -95,11 +95,13 @@ def test_msprobe_config_is_accepted(work):
         (["--config", "odd.json"], "odd.json: unknown settings colour"),
         (["--steps", "1-x"], "--steps: '1-x' is not a number"),
         (["--max-bytes", "lots"], "--max-bytes: 'lots' is not a size"),
+        (["-o", "afile"], "the dump folder afile exists and is a file"),
     ],
 )
 def test_bad_command_lines_exit_2(work, capsys, argv, message):
     (work / "broken.json").write_text('{"level": "mix", ')
     (work / "odd.json").write_text('{"colour": "blue"}')
+    (work / "afile").write_text("not a folder")
     assert main(["dump", *argv, "--", "python", "train.py"]) == 2
     assert message in capsys.readouterr().err
     assert not (work / "dump").exists()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 HELP = "run a program and record every module / torch API call (statistics, tensors) in msprobe's dump layout"
 DESCRIPTION = """\
@@ -172,6 +173,10 @@ def run(args: argparse.Namespace) -> int:
         conf = settings(args)
     except (ProgramError, ValueError) as e:
         print(f"ascendify dump: {e}", file=sys.stderr)
+        return 2
+    out = Path(conf["output"])
+    if out.exists() and not out.is_dir():
+        print(f"ascendify dump: the dump folder {out} exists and is a file; give a folder (-o DIR)", file=sys.stderr)
         return 2
     if prog.kind == "torchrun":
         flags = _flags(args)

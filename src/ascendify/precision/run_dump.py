@@ -93,9 +93,11 @@ def _print_summary(summary: dict) -> None:
 
     con = report.console(stderr=True)
     rows = summary["written"]
+    what = f"{report.plural(len(rows), 'step')} written to {summary['output']}" if rows else "nothing written"
     con.print(
-        f"ascendify dump: {len(rows)} step(s) written to {summary['output']} "
-        f"(level {summary['level']}, mode {summary['mode']}; the program saw {summary['steps_seen']} step(s))"
+        f"ascendify dump: {what} "
+        f"(level {summary['level']}, mode {summary['mode']}; the program saw "
+        f"{report.plural(summary['steps_seen'], 'step')})"
     )
     if rows:
         cols = [
