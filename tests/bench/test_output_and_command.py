@@ -138,3 +138,20 @@ def test_cli_find_max_batch_on_emulated_npu(tmp_path, tiny_model_file, npu, caps
     assert best["batch_size"] >= 4 and best["emulated"] is True
     statuses = {p["batch_size"]: p["status"] for p in best["probes"]}
     assert statuses[best["batch_size"]] == "ok" and statuses[best["batch_size"] + 1] == "oom"
+
+
+def test_cli_outputs_are_checked_before_measuring(tmp_path, capsys):
+    (tmp_path / "afile").write_text("x")
+    assert cli.main(["bench", "--quick", "--model", "resnet18", "--out", str(tmp_path / "afile")]) == 2
+    assert "is a file; give a folder" in capsys.readouterr().err
+    assert cli.main(["bench", "loader", "--quick", "--json", str(tmp_path / "afile" / "x.json")]) == 2
+    assert "is a file, not a folder" in capsys.readouterr().err
+
+
+def test_cli_loader_quick_keeps_the_settings_given(tmp_path, capsys):
+    rc = cli.main(["bench", "loader", "--quick", "--device", "cpu", "--workers", "1", "--persistent", "no",
+                   "--prefetch", "3", "--samples", "8", "--batch-size", "4", "--batches", "2", "--epochs", "1",
+                   "--image-size", "24", "--json", str(tmp_path / "l.json")])
+    assert rc == 0
+    rows = json.loads((tmp_path / "l.json").read_text())["rows"]
+    assert {(r["setting"]["persistent_workers"], r["setting"]["prefetch_factor"]) for r in rows} == {(False, 3)}

@@ -13,6 +13,20 @@ def _err(msg: str) -> None:
     print(f"ascendify bench: {msg}", file=sys.stderr)
 
 
+def _output_problem(args) -> str | None:
+    """Why ``--json FILE`` / ``--out DIR`` cannot be written, found before anything is measured."""
+    from ascendify.fileio import output_problem
+
+    if getattr(args, "json", None):
+        problem = output_problem(args.json)
+        if problem:
+            return f"--json {args.json}: {problem}"
+    out = getattr(args, "out", None)
+    if out and Path(out).exists() and not Path(out).is_dir():
+        return f"--out {out}: is a file; give a folder"
+    return None
+
+
 def _configs(args) -> list:
     from ascendify.bench.harness import BenchConfig
 
@@ -56,6 +70,10 @@ def run_bench(args) -> int:
     from ascendify.bench import harness, output
     from ascendify.bench.device import resolve, set_threads
 
+    problem = _output_problem(args)
+    if problem:
+        _err(problem)
+        return 2
     try:
         configs = _configs(args)
         for m in args.model:
@@ -196,6 +214,10 @@ def run_loader(args) -> int:
     from ascendify.bench import output
     from ascendify.bench.device import cpu_count, resolve, set_threads
 
+    problem = _output_problem(args)
+    if problem:
+        _err(problem)
+        return 2
     quick = args.quick
     image_size = args.image_size or (64 if quick else 224)
     batch_sizes = args.batch_size or ([8] if quick else [32])
@@ -236,8 +258,8 @@ def run_loader(args) -> int:
     cores = cpu_count()
     workers = args.workers or sorted({w for w in (0, 1, 2, 4) if w <= max(cores, 1)})
     pin = args.pin_memory or ([False, True] if dev.type != "cpu" else [False])
-    prefetch = args.prefetch if not quick else args.prefetch[:1]
-    persistent = args.persistent if not quick else [True]
+    prefetch = args.prefetch or ([2] if quick else [2, 4])  # what the user gives wins over --quick
+    persistent = args.persistent or ([True] if quick else [False, True])
     settings = L.grid(workers=workers, pin_memory=pin, prefetch=prefetch, persistent=persistent,
                       batch_sizes=batch_sizes)
     err = report.console(stderr=True)

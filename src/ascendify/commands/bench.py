@@ -126,9 +126,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     ld.add_argument("--workers", type=_int_list, default=None, help="num_workers values (default 0,1,2,4 <= cores)")
     ld.add_argument("--pin-memory", type=_bool_choice, default=None,
                     help="yes, no or both (default both on an accelerator, no on the cpu)")
-    ld.add_argument("--prefetch", type=_pos_int_list, default=[2, 4], help="prefetch_factor values (default 2,4)")
-    ld.add_argument("--persistent", type=_bool_choice, default=[False, True],
-                    help="persistent_workers: yes, no or both (default both)")
+    ld.add_argument("--prefetch", type=_pos_int_list, default=None,
+                    help="prefetch_factor values (default 2,4; --quick 2)")
+    ld.add_argument("--persistent", type=_bool_choice, default=None,
+                    help="persistent_workers: yes, no or both (default both; --quick yes)")
     ld.add_argument("--batch-size", type=_pos_int_list, default=None, help="batch size(s) (default 32; --quick 8)")
     ld.add_argument("--batches", type=int, default=None, help="batches per epoch (default 16; --quick 3)")
     ld.add_argument("--epochs", type=int, default=2, help="epochs per setting (default 2)")
