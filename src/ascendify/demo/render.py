@@ -114,7 +114,8 @@ def _summary(sec, result, status, sentence) -> None:
         "sizes": "quick (--quick)" if result.quick else "default",
         "wall time": f"{result.seconds:.1f} s ({result.lanes} processes at a time)",
         "CPU time": f"{result.cpu_seconds:.1f} s (all processes)",
-        "exit status": f"{result.exit_code} (0 ok, 1 findings, 3 a step failed)",
+        "exit status": f"{result.exit_code}: " + {0: "every step ran, nothing failed", 1: "findings (see below)",
+                                                  3: "a step crashed"}.get(result.exit_code, "see docs/demo.md"),
     })
     rows = []
     for i, (sid, res) in enumerate(result.steps.items(), 1):
