@@ -215,12 +215,9 @@ def diff_html(lines: list[str], *, limit: int, title: str, more: str) -> str:
 
 
 def _pair(result) -> tuple[Path | None, Path | None]:
-    from ascendify.demo.runner import find_project
-
-    try:
-        orig = find_project() / st.SCRIPT
-    except Exception:  # noqa: BLE001
+    if getattr(result, "project", None) is None:
         return None, None
+    orig = result.project / st.SCRIPT
     new = result.out / "migrate" / "npu_project" / st.SCRIPT
     return (orig, new) if orig.is_file() and new.is_file() else (None, None)
 

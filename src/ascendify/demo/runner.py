@@ -53,6 +53,7 @@ class DemoResult:
     seconds: float
     cpu_seconds: float
     lanes: int
+    project: Path | None = None  # the bundled CUDA project the demo read
 
     @property
     def exit_code(self) -> int:
@@ -239,7 +240,7 @@ def run_demo(opts: DemoOptions) -> DemoResult:
     ordered["report"] = st.StepResult("report", status="ok", headline="report.html and demo.json",
                                       files=["report.html", "demo.json"])
     result = DemoResult(out=out, target=target, target_reason=why, quick=opts.quick, steps=ordered,
-                        checklist=items, seconds=0.0, cpu_seconds=0.0, lanes=opts.lanes)
+                        checklist=items, seconds=0.0, cpu_seconds=0.0, lanes=opts.lanes, project=project)
     t_rep = time.monotonic()
     write_outputs(result, t0, cpu0, t_rep)
     prog.step(ordered["report"])
