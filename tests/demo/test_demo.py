@@ -143,6 +143,7 @@ def test_report_is_self_contained(demo):
     page = (out / "report.html").read_text()
     assert not re.search(r"""(src|href)=["'](https?:)?//""", page), "no external requests"
     assert page.count("data:image/png;base64,") >= 4
+    assert 'class="code diff"' in page  # the migrated trainer shown as a diff against the original
     # relative links point at files that exist
     for href in re.findall(r'href="([^"#][^"]*)"', page):
         assert (out / href).exists(), href
