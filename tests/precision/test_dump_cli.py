@@ -65,7 +65,7 @@ def test_steps_end_at_optimizer_step(work, capsys):
     assert set(d.by_name()["Module.0.Linear.backward.0"].grads) == {"weight", "bias"}
     assert not any("sgd" in n.name.lower() or n.name.startswith("Tensor.add_") for n in d.nodes)  # optimizer
     err = capsys.readouterr().err
-    assert "2 step(s) written to out" in err
+    assert "2 steps written to out" in err
 
 
 def test_explicit_step_calls_replace_optimizer_steps(work):

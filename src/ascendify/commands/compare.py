@@ -115,7 +115,8 @@ def _run_curves(args) -> int:
 def _run_dumps(args) -> int:
     from pathlib import Path
 
-    from ascendify.precision.model import DumpError, list_steps_ranks
+    from ascendify.precision.model import DumpError
+    from ascendify.precision.msprobe_io import list_steps_ranks
 
     try:
         from ascendify.precision.dumpcompare import compare_dumps

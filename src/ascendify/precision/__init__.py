@@ -13,15 +13,8 @@ from __future__ import annotations
 
 import importlib
 
-from ascendify.precision.model import (
-    Dump,
-    DumpError,
-    Node,
-    ScalarArg,
-    TensorStats,
-    list_steps_ranks,
-    load_dump,
-)
+from ascendify.precision.model import Dump, DumpError, Node, ScalarArg, TensorStats
+from ascendify.precision.msprobe_io import list_steps_ranks, load_dump
 
 # public name -> module that defines it (imported lazily: importing ascendify.precision does not import torch)
 _LAZY: dict[str, str] = {

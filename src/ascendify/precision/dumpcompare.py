@@ -1,6 +1,6 @@
 """Compare two dumps (ours or msprobe's): match their nodes, measure each node's error, name the first divergence.
 
-``compare_dumps(golden, target)`` loads both (``model.load_dump``), matches forward nodes structurally
+``compare_dumps(golden, target)`` loads both (``msprobe_io.load_dump``), matches forward nodes structurally
 (``matching``: module path, call order, class, shapes; wrapper levels and renamed classes survive), and judges
 each matched target node:
 
@@ -26,7 +26,8 @@ from typing import Any
 
 from ascendify.precision import matching, metrics, thresholds
 from ascendify.precision.divergence import ComparisonResult, NodeResult
-from ascendify.precision.model import Dump, DumpError, Node, ScalarArg, TensorStats, load_dump
+from ascendify.precision.model import Dump, DumpError, Node, ScalarArg, TensorStats
+from ascendify.precision.msprobe_io import load_dump
 
 # below this share of matched golden module calls, two dumps are taken to be of different models
 MIN_MATCHED_SHARE = 0.5

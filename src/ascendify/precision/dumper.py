@@ -347,6 +347,13 @@ class _ApiMode(TorchFunctionMode):
 class Dumper:
     """Records nodes; see the module docstring. Use :func:`dump` to build one."""
 
+    # the writer (msprobe_io.write_step) calls these on the dumper it is given: it does not import this module
+    def check_disk(self, root: Path, nbytes: int) -> None:
+        check_disk(root, nbytes)
+
+    def source_text(self, src: tuple[str, int, str] | None) -> tuple[str | None, str | None]:
+        return source_text(src)
+
     def __init__(
         self,
         model: torch.nn.Module | None,

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -255,9 +256,7 @@ class Dump:
 
     def load_tensor(self, stats: TensorStats):
         """The saved array of a tensor-mode dump (numpy, ``allow_pickle=False``); None when not saved."""
-        from ascendify.precision import msprobe_io
-
-        return msprobe_io.load_tensor(self.root, stats)
+        return load_tensor(self.root, stats)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -288,17 +287,28 @@ class Dump:
         )
 
 
-def load_dump(path: str | Path, step: int | None = None, rank: int | None = None) -> Dump:
-    """Load one step of one rank from ``path``: a dump root (``step*/rank*/``), a step folder, a rank folder or a
-    ``dump.json``. ``step``/``rank`` pick among several (default: the only one, else the lowest step / rank 0).
-    Raises ``DumpError`` naming the file and what is wrong."""
-    from ascendify.precision import msprobe_io
+def load_tensor(root: str | os.PathLike[str], stats: TensorStats):
+    """The saved array of ``stats`` (numpy; bfloat16 as float32), or None when the dump holds no data for it."""
+    if not stats.data_ref:
+        return None
+    path = Path(root) / stats.data_ref
+    if not path.is_file():
+        raise DumpError(path, "tensor file missing")
+    if path.suffix == ".npy":
+        import numpy as np
 
-    return msprobe_io.load_dump(path, step=step, rank=rank)
+        try:
+            return np.load(path, allow_pickle=False)
+        except ValueError as e:
+            raise DumpError(path, f"not a plain array file: {e}") from None
+    import torch
 
-
-def list_steps_ranks(root: str | Path) -> list[tuple[int, int]]:
-    """``(step, rank)`` pairs present under a dump root, sorted."""
-    from ascendify.precision import msprobe_io
-
-    return msprobe_io.list_steps_ranks(root)
+    try:
+        t = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:
+        raise DumpError(path, f"not a plain tensor file (loaded with weights_only=True): {e}") from None
+    if not isinstance(t, torch.Tensor):
+        raise DumpError(path, f"holds a {type(t).__name__}, not a tensor")
+    if t.dtype in (torch.bfloat16, torch.float16):
+        t = t.float()
+    return t.detach().numpy()

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from ascendify.fileio import write_atomic
-from ascendify.precision.model import Dump, DumpError, Node, ScalarArg, TensorStats
+from ascendify.precision.model import Dump, DumpError, Node, ScalarArg, TensorStats, load_tensor  # noqa: F401
 
 _LEVEL_TO_MSPROBE = {"module": "L0", "api": "L1", "mix": "mix"}
 _LEVEL_FROM_MSPROBE = {"L0": "module", "L1": "api", "mix": "mix", "L2": "api"}
@@ -65,13 +65,12 @@ def write_step(dumper, recs, rows) -> Path:
     """Write one recorded step of ``dumper`` (``Dumper``); returns the rank folder."""
     import torch
 
-    from ascendify.precision.dumper import check_disk, source_text
     from ascendify.precision.stats import to_tensor_stats
 
     folder = Path(dumper.root) / f"step{dumper.step_index}" / f"rank{dumper._rank}"
     data_dir = folder / "dump_tensor_data"
     if dumper.mode == "tensors":
-        check_disk(Path(dumper.root), dumper._bytes)
+        dumper.check_disk(Path(dumper.root), dumper._bytes)
     saved: dict[int, str] = {}
 
     def tensor_entry(node_name: str, role: str, meta, idx) -> dict[str, Any]:
@@ -118,7 +117,7 @@ def write_step(dumper, recs, rows) -> Path:
     construct: dict[str, str | None] = {}
     stacks: dict[str, list[str]] = {}
     for order, rec in enumerate(recs):
-        src, stack_line = source_text(rec.source)
+        src, stack_line = dumper.source_text(rec.source)
         entry: dict[str, Any] = {}
         if rec.direction == "forward":
             args = [x for x in rec.args if _is_positional(x[0])]
@@ -570,30 +569,3 @@ def _infer_api_module_paths(nodes: list[Node], by_name: dict[str, Node]) -> None
             p = by_name.get(n.parent)
             if p is not None and p.kind == "module":
                 n.module_path = p.module_path
-
-
-def load_tensor(root: str | os.PathLike[str], stats: TensorStats):
-    """The saved array of ``stats`` (numpy; bfloat16 as float32), or None when the dump holds no data for it."""
-    if not stats.data_ref:
-        return None
-    path = Path(root) / stats.data_ref
-    if not path.is_file():
-        raise DumpError(path, "tensor file missing")
-    if path.suffix == ".npy":
-        import numpy as np
-
-        try:
-            return np.load(path, allow_pickle=False)
-        except ValueError as e:
-            raise DumpError(path, f"not a plain array file: {e}") from None
-    import torch
-
-    try:
-        t = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:
-        raise DumpError(path, f"not a plain tensor file (loaded with weights_only=True): {e}") from None
-    if not isinstance(t, torch.Tensor):
-        raise DumpError(path, f"holds a {type(t).__name__}, not a tensor")
-    if t.dtype in (torch.bfloat16, torch.float16):
-        t = t.float()
-    return t.detach().numpy()
