@@ -32,3 +32,28 @@ def requires(who: str, *modules: str) -> bool:
         print(f"{who}: this command needs {hint}; {names} cannot be imported in {sys.executable}",
               file=sys.stderr)
     return not missing
+
+
+def program_to_run(who: str, args, outputs: dict[str, str | None] | None = None):
+    """The program a verb that runs one was given (``-m MODULE ...`` or ``PROGRAM ...``), checked before anything
+    runs: torch importable, the program line valid, each output file (``{"--log": path}``) writable. Returns a
+    :class:`ascendify.program.Program`, or an exit status (2, or ``EXIT_NEEDS_PACKAGE``) after saying why."""
+    import sys
+
+    if not requires(who, "torch"):
+        return EXIT_NEEDS_PACKAGE
+    from ascendify.fileio import output_problem
+    from ascendify.program import Program, ProgramError
+
+    tokens = ["-m", *args.module_args] if args.module_args is not None else list(args.program or [])
+    try:
+        prog = Program.parse(tokens)
+    except ProgramError as e:
+        print(f"{who}: {e}", file=sys.stderr)
+        return 2
+    for flag, path in (outputs or {}).items():
+        problem = path and output_problem(path)
+        if problem:  # found now, not after the program has run
+            print(f"{who}: {flag} {path}: {problem}", file=sys.stderr)
+            return 2
+    return prog

@@ -161,17 +161,14 @@ def settings(args: argparse.Namespace) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ascendify.commands import EXIT_NEEDS_PACKAGE, requires
+    from ascendify.commands import program_to_run
 
-    if not requires("ascendify dump", "torch"):
-        return EXIT_NEEDS_PACKAGE
-    from ascendify.program import Program, ProgramError
-
-    tokens = ["-m", *args.module_args] if args.module_args is not None else list(args.program or [])
+    prog = program_to_run("ascendify dump", args, {"--json": args.json})
+    if isinstance(prog, int):
+        return prog
     try:
-        prog = Program.parse(tokens)
         conf = settings(args)
-    except (ProgramError, ValueError) as e:
+    except ValueError as e:
         print(f"ascendify dump: {e}", file=sys.stderr)
         return 2
     out = Path(conf["output"])

@@ -52,23 +52,11 @@ def _settings_env(args: argparse.Namespace) -> dict[str, str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ascendify.commands import EXIT_NEEDS_PACKAGE, requires
+    from ascendify.commands import program_to_run
 
-    if not requires("ascendify emulate", "torch"):
-        return EXIT_NEEDS_PACKAGE
-    from ascendify.program import Program, ProgramError
-
-    tokens = ["-m", *args.module_args] if args.module_args is not None else list(args.program or [])
-    try:
-        prog = Program.parse(tokens)
-    except ProgramError as e:
-        print(f"ascendify emulate: {e}", file=sys.stderr)
-        return 2
-    from ascendify.fileio import output_problem
-
-    if args.json and (problem := output_problem(args.json)):  # found now, not after the program has run
-        print(f"ascendify emulate: --json {args.json}: {problem}", file=sys.stderr)
-        return 2
+    prog = program_to_run("ascendify emulate", args, {"--json": args.json})
+    if isinstance(prog, int):
+        return prog
     settings = _settings_env(args)
     try:  # a bad --memory/--devices (or ASCENDIFY_EMULATE_*) is a usage error, not a traceback
         from ascendify.emulator.settings import Settings

@@ -47,23 +47,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ascendify.commands import EXIT_NEEDS_PACKAGE, requires
+    from ascendify.commands import program_to_run
 
-    if not requires("ascendify run", "torch"):
-        return EXIT_NEEDS_PACKAGE
-    from ascendify.program import Program, ProgramError
-
-    tokens = ["-m", *args.module_args] if args.module_args is not None else list(args.program or [])
-    try:
-        prog = Program.parse(tokens)
-    except ProgramError as e:
-        print(f"ascendify run: {e}", file=sys.stderr)
-        return 2
-    from ascendify.fileio import output_problem
-
-    if args.log and (problem := output_problem(args.log)):  # found now, not after the program has run
-        print(f"ascendify run: --log {args.log}: {problem}", file=sys.stderr)
-        return 2
+    prog = program_to_run("ascendify run", args, {"--log": args.log})
+    if isinstance(prog, int):
+        return prog
 
     target = args.to or os.environ.get("ASCENDIFY_TARGET") or "auto"
     from ascendify.auto import launch
