@@ -99,47 +99,6 @@ def default_device() -> str:
     return "cpu"
 
 
-class DeviceError(ValueError):
-    """A device the user asked for that this machine cannot give; the message says what to do."""
-
-
-DEVICE_CHOICES = ("auto", "npu", "cuda", "xpu", "mps", "cpu")
-
-
-def resolve_device(requested: str = "auto") -> tuple[str, bool]:
-    """Turn ``auto|npu|cuda|xpu|mps|cpu`` (optionally ``:N``) into ``(device, emulated)``.
-
-    ``npu`` is the real NPU where torch_npu and a device are present, else the emulated NPU (enabled here).
-    ``auto`` is the real NPU, else CUDA/XPU/MPS, else the emulated NPU: the embedded default wherever no real
-    accelerator is present. Raises :class:`DeviceError` for a device that is not there (``cuda`` without one).
-    """
-    req = (requested or "auto").strip().lower()
-    kind, _, index = req.partition(":")
-    if kind not in DEVICE_CHOICES or (index and not index.isdigit()) or (kind == "auto" and index):
-        raise DeviceError(f"unknown device {requested!r}: use one of {', '.join(DEVICE_CHOICES)} (npu:N, cuda:N)")
-    suffix = f":{index}" if index else ""
-    if kind == "auto":
-        if is_npu_available():
-            return "npu", False
-        for name, probe in (("cuda", is_cuda_available), ("xpu", is_xpu_available), ("mps", is_mps_available)):
-            if probe():
-                return name, False
-        kind = "npu"
-    if kind == "npu":
-        if is_npu_available():
-            return "npu" + suffix, False
-        if torch_npu_installed():
-            raise DeviceError("torch_npu is installed but no NPU is usable: run `ascendify doctor`")
-        import ascendify.emulator as emu
-
-        emu.enable()
-        return "npu" + suffix, True
-    probes = {"cuda": is_cuda_available, "xpu": is_xpu_available, "mps": is_mps_available}
-    if kind in probes and not probes[kind]():
-        raise DeviceError(f"no {kind} device here: use --device npu (emulated where no NPU exists) or cpu")
-    return kind + suffix, False
-
-
 def device_name(device: str) -> str:
     """A person's name for ``device``: the accelerator's product name, or the host CPU's model."""
     kind = device.partition(":")[0]

@@ -1,5 +1,6 @@
 """Enabling (idempotent, refusals, self-test) and the torch_npu shim."""
 
+import subprocess
 import sys
 import types
 
@@ -72,19 +73,50 @@ def test_import_torch_npu_gives_the_shim():
     assert p.detach().cpu().lt(1).all()
 
 
+def _forget_transfer_to_npu():
+    sys.modules.pop("torch_npu.contrib.transfer_to_npu", None)
+    contrib = sys.modules.get("torch_npu.contrib")
+    if contrib is not None:
+        contrib.__dict__.pop("transfer_to_npu", None)
+
+
 def test_transfer_to_npu_redirects_cuda_code():
     import ascendify.auto as auto
 
     try:
         from torch_npu.contrib import transfer_to_npu
 
-        assert "ascendify.auto" in transfer_to_npu.__ascendify_redirection__ or "minimal" in \
-            transfer_to_npu.__ascendify_redirection__
+        assert transfer_to_npu.__ascendify_redirection__ == "ascendify.auto.enable(target='npu')"
         assert transfer_to_npu.is_available()
         assert auto.is_enabled() and torch.ones(1).cuda().device.type == "npu"
     finally:  # the redirection is process-wide: later tests expect CUDA calls to fail as on a CPU build
         auto.disable()
-        sys.modules.pop("torch_npu.contrib.transfer_to_npu", None)
+        _forget_transfer_to_npu()
+
+
+def test_transfer_to_npu_finds_auto_as_a_provider_in_a_process_that_never_imported_it():
+    code = ("import sys, torch, ascendify.emulator as emu; emu.enable(); assert 'ascendify.auto' not in sys.modules; "
+            "from torch_npu.contrib import transfer_to_npu; print(transfer_to_npu.__ascendify_redirection__, "
+            "torch.ones(1).cuda().device)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["ascendify.auto.enable(target='npu')", "npu:0"]
+
+
+def test_transfer_to_npu_without_a_provider_does_the_minimum_and_says_why(monkeypatch):
+    import importlib.metadata
+
+    monkeypatch.setattr(importlib.metadata, "entry_points", lambda **kw: [])
+    monkeypatch.setattr(torch.cuda, "is_available", torch.cuda.is_available)  # put back after the shim's patch
+    _forget_transfer_to_npu()
+    try:
+        from torch_npu.contrib import transfer_to_npu
+
+        assert transfer_to_npu.__ascendify_redirection__.startswith("minimal: torch.cuda.is_available() -> False")
+        assert "no provider installed" in transfer_to_npu.__ascendify_redirection__
+        assert torch.cuda.is_available() is False and transfer_to_npu.is_available()
+    finally:
+        _forget_transfer_to_npu()
 
 
 def test_torch_npu_names_that_are_not_emulated_say_so():

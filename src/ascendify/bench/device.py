@@ -16,14 +16,13 @@ from __future__ import annotations
 import dataclasses
 import gc
 import os
-import platform
 import time
 
+from ascendify.placement import DeviceError, enable_emulated_npu
+
+__all__ = ["EMULATED_LABEL", "BenchDevice", "DeviceError", "EventTimer", "StepTimer", "WallTimer", "resolve"]
+
 EMULATED_LABEL = "emulated: host speed, not NPU speed"
-
-
-class DeviceError(RuntimeError):
-    """The requested device cannot be used here; the message says why."""
 
 
 @dataclasses.dataclass
@@ -138,17 +137,6 @@ class EventTimer(StepTimer):
         return [float(a.elapsed_time(b)) for a, b in self._pairs]
 
 
-def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "cpu"
-
-
 def resolve(request: str = "auto", *, emulate_memory: str | None = None) -> BenchDevice:
     """``auto``/``cpu``/``cuda``/``npu`` -> a :class:`BenchDevice`.
 
@@ -167,7 +155,7 @@ def resolve(request: str = "auto", *, emulate_memory: str | None = None) -> Benc
         if req not in ("cpu", "cuda", "npu"):
             req = "cpu"  # xpu/mps: not benchmarked yet
     if req == "cpu":
-        return BenchDevice("cpu", cpu_name())
+        return BenchDevice("cpu", devices.device_name("cpu"))
     if req == "cuda":
         if not devices.is_cuda_available():
             raise DeviceError("--device cuda: no CUDA device is available (torch.cuda.is_available() is False)")
@@ -182,14 +170,9 @@ def resolve(request: str = "auto", *, emulate_memory: str | None = None) -> Benc
             return BenchDevice("npu", torch.npu.get_device_name(0))
         _import_transformers_first()
         try:
-            import ascendify.emulator as emu
-
-            overrides = {"memory_capacity": emulate_memory} if emulate_memory else {}
-            emu.enable(**overrides)
-            if hasattr(emu, "_set_active"):
-                emu._set_active(True)
-        except Exception as e:  # EmulatorError, or a bad memory size
-            raise DeviceError(f"--device npu: no real NPU here and the emulated NPU cannot start: {e}") from e
+            enable_emulated_npu(**({"memory_capacity": emulate_memory} if emulate_memory else {}))
+        except DeviceError as e:
+            raise DeviceError(f"--device npu: {e}") from e
         import torch
 
         return BenchDevice("npu", torch.npu.get_device_name(0), emulated=True)

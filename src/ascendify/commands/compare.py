@@ -196,7 +196,7 @@ def run_model_compare(args):
     input)."""
     import torch
 
-    from ascendify import devices
+    from ascendify import placement
     from ascendify.precision import loading
     from ascendify.precision.lockstep import compare_models
 
@@ -206,7 +206,7 @@ def run_model_compare(args):
     resolved = {}
     for dev in {gdev, tdev}:
         try:
-            resolved[dev] = devices.resolve_device(dev)[0] if dev.split(":")[0] != "cpu" else dev
+            resolved[dev] = placement.resolve_device(dev)[0] if dev.split(":")[0] != "cpu" else dev
         except Exception as e:
             raise ValueError(f"device {dev!r}: {e}") from None
     torch.manual_seed(args.seed)

@@ -80,7 +80,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.nproc > 1 and "LOCAL_RANK" not in os.environ:
         return _relaunch(args)
-    from ascendify import devices, models, report
+    from ascendify import models, placement, report
     from ascendify.train import ConfigError, TrainConfig, train
     from ascendify.train.checkpoint import CheckpointError
     from ascendify.train.data import DataError
@@ -89,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         cfg = TrainConfig.from_sources(args.config, overrides)
         history = train(cfg, show_progress=not args.quiet)
-    except (ConfigError, DataError, CheckpointError, models.ModelError, devices.DeviceError) as e:
+    except (ConfigError, DataError, CheckpointError, models.ModelError, placement.DeviceError) as e:
         print(f"ascendify train: {e}", file=sys.stderr)
         return 2
     if args.json:

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
-from ascendify import devices, report
+from ascendify import devices, placement, report
 from ascendify.train import checkpoint, data, distributed, metrics
 from ascendify.train import model as model_lib
 from ascendify.train.config import ConfigError, TrainConfig
@@ -55,7 +55,7 @@ def autocast(cfg: TrainConfig, device: str):
 
 def train(cfg: TrainConfig, *, show_progress: bool = True) -> list[dict]:
     """Train as ``cfg`` says; returns the history (one dict per finished epoch)."""
-    device, emulated = devices.resolve_device(cfg.device)
+    device, emulated = placement.resolve_device(cfg.device)
     ctx, device = distributed.setup(device, emulated)
     out = Path(cfg.out)
     if ctx.is_main:

@@ -5,7 +5,8 @@ first) always wins, and :func:`ascendify.emulator.enable` already refuses to run
 shim provides what torch_npu code needs to import and run on the emulated device:
 
 - ``torch_npu`` itself (``torch_npu.npu`` is ``torch.npu``; ``__version__`` says it is the emulator);
-- ``torch_npu.contrib.transfer_to_npu``: CUDA code to ``npu`` at runtime through ``ascendify.auto``;
+- ``torch_npu.contrib.transfer_to_npu``: CUDA code to ``npu`` at runtime through ``ascendify.auto``, found as a
+  provider (:data:`PROVIDERS_GROUP`), not imported;
 - ``torch_npu.optim.NpuFused*``: the matching ``torch.optim`` optimizers (same update rule);
 - ``torch_npu.utils`` and ``torch_npu.distributed`` names that make sense on the CPU.
 
@@ -15,7 +16,6 @@ Any other torch_npu name (custom ``npu_*`` ops, the profiler, CANN queries) rais
 
 from __future__ import annotations
 
-import importlib
 import importlib.abc
 import importlib.machinery
 import sys
@@ -111,22 +111,37 @@ def _is_hccl_available() -> bool:
     return dist.is_available() and "hccl" in dist.Backend.backend_list
 
 
+#: the entry point group through which other packages provide a shim module's contents (``name = module:function``,
+#: the function returns the module's attributes); ascendify.auto provides ``torch_npu.contrib.transfer_to_npu``
+PROVIDERS_GROUP = "ascendify.torch_npu_shim"
+
+
+def _from_provider(module: str) -> tuple[dict | None, str]:
+    """The attributes an installed provider gives ``module``, or None (and why) when none is installed."""
+    from importlib.metadata import entry_points
+
+    for ep in entry_points(group=PROVIDERS_GROUP, name=module):
+        try:
+            provide = ep.load()
+        except ImportError as e:
+            return None, f"provider {ep.value} cannot be imported ({e})"
+        return dict(provide()), ep.value
+    return None, f"no provider installed (entry point group {PROVIDERS_GROUP})"
+
+
 def _transfer_to_npu() -> dict:
-    """What ``from torch_npu.contrib import transfer_to_npu`` does under emulation: redirect CUDA to npu."""
-    try:  # by name, at call time: ascendify.auto imports the emulator, so no import edge back to it
-        auto = importlib.import_module("ascendify.auto")
-    except ImportError:
-        auto = None
-    if auto is not None and hasattr(auto, "enable"):
-        auto.enable(target="npu")
-        how = "ascendify.auto.enable(target='npu')"
-    else:
+    """What ``from torch_npu.contrib import transfer_to_npu`` does under emulation: redirect CUDA to npu.
+
+    The redirection is ascendify.auto's, found as a provider (the emulator does not import auto, which imports
+    it); without one, the documented minimum: CUDA probes answer False."""
+    attrs, why = _from_provider("torch_npu.contrib.transfer_to_npu")
+    if attrs is None:
         from ascendify.emulator import runtime
 
-        # the documented minimum: CUDA probes answer False
         runtime.patches.set(torch.cuda, "is_available", lambda: False)
-        how = "minimal: torch.cuda.is_available() -> False"
-    return {"is_available": torch.npu.is_available, "__ascendify_redirection__": how}
+        attrs = {"__ascendify_redirection__": f"minimal: torch.cuda.is_available() -> False; {why}"}
+    attrs.setdefault("is_available", torch.npu.is_available)
+    return attrs
 
 
 def _build(name: str) -> types.ModuleType:

@@ -1,0 +1,68 @@
+"""Where a verb runs: the user's ``--device`` turned into a torch device, with the emulated NPU as the default
+wherever no real accelerator is present.
+
+:mod:`ascendify.devices` only *detects* (probes that never raise and never change the process); this module
+*decides*, and may turn the emulated NPU on, so it sits above both :mod:`ascendify.devices` and
+:mod:`ascendify.emulator` (which itself asks :mod:`ascendify.devices`). Importing it costs no torch.
+
+>>> resolve_device("cpu")
+('cpu', False)
+>>> resolve_device("tpu")  # doctest: +IGNORE_EXCEPTION_DETAIL
+Traceback (most recent call last):
+DeviceError: unknown device 'tpu': use one of auto, npu, cuda, xpu, mps, cpu (npu:N, cuda:N)
+"""
+
+from __future__ import annotations
+
+from ascendify import devices
+
+
+class DeviceError(ValueError):
+    """A device the user asked for that this machine cannot give; the message says what to do."""
+
+
+DEVICE_CHOICES = ("auto", "npu", "cuda", "xpu", "mps", "cpu")
+
+
+def enable_emulated_npu(**settings) -> None:
+    """Turn the emulated NPU on in this process (idempotent); ``settings`` are the emulator's
+    (``memory_capacity="16G"``...). Raises :class:`DeviceError` saying why it cannot start (a real torch_npu
+    is installed, a ``backward()`` already ran, a bad setting)."""
+    if devices.torch_npu_installed():
+        raise DeviceError("torch_npu is installed but no NPU is usable: run `ascendify doctor`")
+    import ascendify.emulator as emu
+
+    try:
+        emu.enable(**settings)
+    except (emu.EmulatorError, ValueError) as e:
+        raise DeviceError(f"no real NPU here and the emulated NPU cannot start: {e}") from e
+
+
+def resolve_device(requested: str = "auto") -> tuple[str, bool]:
+    """Turn ``auto|npu|cuda|xpu|mps|cpu`` (optionally ``:N``) into ``(device, emulated)``.
+
+    ``npu`` is the real NPU where torch_npu and a device are present, else the emulated NPU (enabled here).
+    ``auto`` is the real NPU, else CUDA/XPU/MPS, else the emulated NPU: the embedded default wherever no real
+    accelerator is present. Raises :class:`DeviceError` for a device that is not there (``cuda`` without one).
+    """
+    req = (requested or "auto").strip().lower()
+    kind, sep, index = req.partition(":")
+    if kind not in DEVICE_CHOICES or (sep and not index.isdigit()) or (kind == "auto" and sep):
+        raise DeviceError(f"unknown device {requested!r}: use one of {', '.join(DEVICE_CHOICES)} (npu:N, cuda:N)")
+    suffix = f":{index}" if index else ""
+    probes = {"cuda": devices.is_cuda_available, "xpu": devices.is_xpu_available, "mps": devices.is_mps_available}
+    if kind == "auto":
+        if devices.is_npu_available():
+            return "npu", False
+        for name, probe in probes.items():
+            if probe():
+                return name, False
+        kind = "npu"
+    if kind == "npu":
+        if devices.is_npu_available():
+            return "npu" + suffix, False
+        enable_emulated_npu()
+        return "npu" + suffix, True
+    if kind in probes and not probes[kind]():
+        raise DeviceError(f"no {kind} device here: use --device npu (emulated where no NPU exists) or cpu")
+    return kind + suffix, False

@@ -1,0 +1,50 @@
+"""``--device`` to a torch device: the emulated NPU wherever no real accelerator is present."""
+
+import subprocess
+import sys
+
+import pytest
+
+from ascendify import devices, placement
+
+
+def test_cpu_and_bad_requests():
+    assert placement.resolve_device("cpu") == ("cpu", False)
+    assert placement.resolve_device(" CPU ") == ("cpu", False)
+    for bad in ("tpu", "auto:1", "npu:x", "cuda:"):
+        with pytest.raises(placement.DeviceError, match="unknown device"):
+            placement.resolve_device(bad)
+
+
+def test_a_missing_accelerator_names_the_alternatives(monkeypatch):
+    monkeypatch.setattr(devices, "is_cuda_available", lambda: False)
+    with pytest.raises(placement.DeviceError, match="no cuda device here: use --device npu"):
+        placement.resolve_device("cuda:1")
+    monkeypatch.setattr(devices, "is_cuda_available", lambda: True)
+    assert placement.resolve_device("cuda:1") == ("cuda:1", False)
+    monkeypatch.setattr(devices, "is_npu_available", lambda: False)
+    assert placement.resolve_device("auto") == ("cuda", False)  # a real accelerator before the emulated NPU
+
+
+def test_a_broken_torch_npu_is_not_papered_over_with_the_emulator(monkeypatch):
+    monkeypatch.setattr(devices, "is_npu_available", lambda: False)
+    monkeypatch.setattr(devices, "torch_npu_installed", lambda: True)
+    with pytest.raises(placement.DeviceError, match="torch_npu is installed but no NPU is usable: run `ascendify doctor`"):
+        placement.resolve_device("npu")
+
+
+def test_no_accelerator_means_the_emulated_npu():
+    code = ("from ascendify import placement, devices; import torch; "
+            "print(placement.resolve_device('auto'), placement.resolve_device('npu:1'), devices.default_device(), "
+            "torch.ones(1, device='npu').device)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "('npu', True) ('npu:1', True) npu npu:0"
+
+
+def test_an_emulator_that_cannot_start_says_why():
+    code = ("import torch; torch.ones(1, requires_grad=True).sum().backward(); from ascendify import placement\n"
+            "try:\n    placement.resolve_device('npu')\nexcept placement.DeviceError as e:\n    print(e)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("no real NPU here and the emulated NPU cannot start:"), r.stdout
