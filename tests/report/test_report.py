@@ -32,6 +32,29 @@ def test_table_fits_width_and_keeps_file_names_distinct(width):
     assert "1,234" in text
 
 
+@pytest.mark.parametrize("width", [60, 80])
+def test_a_table_too_wide_is_split_into_parts_that_keep_every_value_and_the_row_names(width):
+    cols = [report.Column("layer"), report.Column("status", kind="status")] + [
+        report.Column(f"metric_{i}", kind="number") for i in range(8)]
+    rows = [{"layer": "encoder.layers.0.self_attn.out_proj", "status": "diverged",
+             **{f"metric_{i}": 1234567.5 * (i + 1) for i in range(8)}},
+            {"layer": "fc", "status": "ok", **{f"metric_{i}": 0.000123 * (i + 1) for i in range(8)}}]
+    text = report.table_text(cols, rows, title="Layers", width=width)
+    lines = text.splitlines()
+    assert max(len(line) for line in lines) <= width
+    parts = [line for line in lines if line.startswith("part ")]  # a line of its own under each part
+    assert len(parts) >= 2 and parts[-1].strip() == f"part {len(parts)} of {len(parts)} (split to fit {width} columns)"
+    for i in range(8):  # every header and every value whole, on some line
+        assert sum(f"metric {i}" in line for line in lines) == 1
+        assert report.format_value(1234567.5 * (i + 1)) in text and report.format_value(0.000123 * (i + 1)) in text
+    assert sum(line.startswith("fc ") for line in lines) == len(parts)  # the row name repeated in every part
+    assert text.count("diverged") == 1 and text.count("Layers") == 1
+    titled = report.table_text(cols, rows, title="on npu [emulated: host speed]", width=width)
+    assert "on npu [emulated: host speed]" in titled  # a title is text, not rich markup
+    # what fits stays one table
+    assert "part " not in report.table_text(cols[:4], rows, width=width)
+
+
 def test_non_terminal_width_follows_columns(monkeypatch):
     monkeypatch.setenv("COLUMNS", "72")
     assert report.console().width == 72
@@ -51,6 +74,7 @@ def test_plural_and_values():
     assert report.plural(0, "match", "matches") == "0 matches"
     assert report.format_value(1234567) == "1,234,567"
     assert report.format_value(0.000012345) == "1.234e-05"
+    assert report.format_value(11774.2) == "11,774" and report.format_value(1234.56) == "1235"  # no 1.177e+04
     assert report.format_value(float("nan")) == "nan"
     assert report.format_value(None) == ""
 

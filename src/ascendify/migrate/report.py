@@ -242,9 +242,8 @@ def print_summary(report: dict[str, Any], results: list[FileResult], console, *,
     if rows:
         total = _row("total", f"{t['changed']} changed", t)
         total["manual"] = t["cuda_sites"] - t["converted"]
-        table = shared.table(cols, rows + [total], f"ascendify migrate --to {report['target']}", width=console.width)
-        table.rows[-2].end_section = True
-        console.print(table)
+        console.print(shared.table(cols, rows + [total], f"ascendify migrate --to {report['target']}",
+                                   width=console.width, total_row=True))
         console.print(LEGEND, style="dim")
     out = [f"{plural(t['files'], 'file')}, {plural(t['lines'], 'Python line')}, {report['seconds']:.2f} s: "
            f"{t['changed']} changed" + (f", {t['skipped']} skipped" if t["skipped"] else "")

@@ -3,7 +3,8 @@
 A table is a list of :class:`Column` and rows given as dicts keyed by column name. Widths follow the console:
 the terminal's width, else ``$COLUMNS``, else 100 when output is not a terminal (never a fixed wide width, so a
 pipe or a log file reads like the screen). Path columns never lose the file name: they fold onto a second line
-rather than truncate, after the folder part has been shortened from the middle.
+rather than truncate, after the folder part has been shortened from the middle. Numbers and statuses are never
+cut; a table whose numbers cannot all fit is split into parts one under the other, each repeating the row names.
 """
 
 from __future__ import annotations
@@ -100,7 +101,7 @@ def format_value(value: Any, kind: str = "text") -> str:
             return "0"
         a = abs(value)
         if 1e-3 <= a < 1e6:
-            return f"{value:,.4g}" if a >= 1e4 else f"{value:.4g}"
+            return f"{value:,.0f}" if a >= 1e4 else f"{value:.4g}"
         return f"{value:.3e}"
     return str(value)
 
@@ -117,13 +118,33 @@ def shorten_path(path: str, width: int) -> str:
     return parts[-1]  # only the file name left: kept whole (the column folds it)
 
 
-def table(columns: list[Column], rows: list[dict[str, Any]], title: str | None = None, *, width: int | None = None):
-    """A rich Table for ``rows``; ``width`` (default: the terminal's) shortens path columns to fit."""
+def table(columns: list[Column], rows: list[dict[str, Any]], title: str | None = None, *, width: int | None = None,
+          total_row: bool = False):
+    """A rich renderable for ``rows``; ``width`` (default: the terminal's) shortens path columns to fit.
+
+    A table too wide for ``width`` (many number columns at 80 columns) is split into several tables one under the
+    other, each repeating the row's name columns, so no value is cut and no column disappears. ``total_row``
+    draws a rule above the last row (a total)."""
+    width = width or terminal_width()
+    keys, groups = _split(columns, rows, width)
+    if len(groups) <= 1:
+        return _table(columns, rows, title, width, total_row)
+    from rich.console import Group
+    from rich.text import Text
+
+    parts = []
+    for i, group in enumerate(groups):
+        parts.append(_table(keys + group, rows, title if i == 0 else None, width, total_row))
+        parts.append(Text(f"part {i + 1} of {len(groups)} (split to fit {width} columns)", style="dim"))
+    return Group(*parts)
+
+
+def _table(columns: list[Column], rows: list[dict[str, Any]], title: str | None, width: int, total_row: bool):
     from rich.table import Table
     from rich.text import Text
 
-    width = width or terminal_width()
-    t = Table(title=title, title_justify="left", show_edge=False, pad_edge=False, expand=False, header_style="bold")
+    # a title is plain text: "[emulated: ...]" in it is not rich markup
+    t = Table(title=Text(title) if title is not None else None, title_justify="left", show_edge=False, pad_edge=False, expand=False, header_style="bold")
     path_budget = _path_budget(columns, rows, width)
     for c in columns:
         t.add_column(
@@ -132,7 +153,8 @@ def table(columns: list[Column], rows: list[dict[str, Any]], title: str | None =
             ratio=c.ratio,
             overflow="fold",
             no_wrap=c.kind in ("number", "status"),
-            min_width=_path_min_width(c, rows, path_budget) if c.kind == "path" else None,
+            min_width=(_path_min_width(c, rows, path_budget) if c.kind == "path"
+                       else min(_natural(c, rows), _TEXT_MIN) if c.kind == "text" else None),
         )
     for row in rows:
         cells = []
@@ -142,7 +164,51 @@ def table(columns: list[Column], rows: list[dict[str, Any]], title: str | None =
                 text = shorten_path(text, path_budget)
             cells.append(Text(text, style=status_style(text) if c.kind == "status" else ""))
         t.add_row(*cells)
+    if total_row and len(rows) > 1:
+        t.rows[-2].end_section = True
     return t
+
+
+_TEXT_MIN = 12  # a text column folds, but never below this (or its own width): rich would squeeze it to nothing
+_PATH_MIN = 16
+
+
+def _natural(col: Column, rows: list[dict[str, Any]]) -> int:
+    return max([len(format_value(r.get(col.name), col.kind)) for r in rows] + [len(col.title)])
+
+
+def _needed(col: Column, rows: list[dict[str, Any]]) -> int:
+    """The least width a column can have without losing a character (numbers and statuses never fold)."""
+    natural = _natural(col, rows)
+    if col.kind == "text":
+        return min(natural, _TEXT_MIN)
+    if col.kind == "path":
+        return min(natural, _PATH_MIN)
+    return natural
+
+
+def _split(columns: list[Column], rows: list[dict[str, Any]], width: int) -> tuple[list[Column], list[list[Column]]]:
+    """The name columns (up to the first text or path column) and the groups of the others that fit beside them
+    in ``width``; one group when the whole table fits. Columns are 3 characters apart, with no outer edge."""
+    gap = 3
+    if sum(_needed(c, rows) for c in columns) + gap * (len(columns) - 1) <= width:
+        return [], [columns]
+    first = next((i for i, c in enumerate(columns) if c.kind in ("text", "path")), 0)
+    keys, rest = columns[: first + 1], columns[first + 1:]
+    # the row names keep their width up to half the line (beyond that they fold)
+    used_by_keys = sum(min(_natural(c, rows), max(_needed(c, rows), width // 2)) + gap for c in keys)
+    room = width - used_by_keys
+    groups: list[list[Column]] = []
+    used = room + 1
+    for c in rest:
+        w = _needed(c, rows) + (gap if groups and groups[-1] else 0)
+        if not groups or used + w > room:
+            groups.append([])
+            used = 0
+            w = _needed(c, rows)
+        groups[-1].append(c)
+        used += w
+    return keys, groups
 
 
 def _path_min_width(col: Column, rows: list[dict[str, Any]], budget: int) -> int:
