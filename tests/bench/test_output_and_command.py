@@ -1,5 +1,6 @@
 """Outputs (JSON records, CSV, plots), 'bench compare', and the command line."""
 
+import io
 import json
 import subprocess
 import sys
@@ -63,6 +64,21 @@ def test_write_all_files_and_emulated_label(tmp_path):
         assert (tmp_path / "out" / png).read_bytes()[:4] == b"\x89PNG", png
     assert len(written) == 6
     assert "emulated: host speed" in output.title_for(recs)
+
+
+def test_terminal_table_keeps_the_emulated_label_and_shows_no_empty_column():
+    from ascendify import report
+
+    emulated = [_rec(device="npu", device_name="Ascend910B3", emulated=True, mfu=None, batch_size=b)
+                for b in (4, 8)]
+    con = report.console(file=io.StringIO(), width=80)
+    con.print(output.render_table(emulated))
+    text = con.file.getvalue()
+    assert "[emulated: host speed, not NPU speed]" in text  # was swallowed as rich markup
+    assert "MFU" not in text and "part " not in text and max(map(len, text.splitlines())) <= 80
+    con = report.console(file=io.StringIO(), width=120)
+    con.print(output.render_table([_rec()]))
+    assert "MFU %" in con.file.getvalue() and "30" in con.file.getvalue()
 
 
 def test_cli_compare(tmp_path, capsys):

@@ -73,7 +73,10 @@ def title_for(records: list[dict]) -> str:
 def render_table(records: list[dict], title: str | None = None):
     from ascendify import report
 
-    return report.table(_columns(), [table_row(r) for r in records], title=title or title_for(records))
+    rows = [table_row(r) for r in records]
+    # MFU needs a known peak (not on the CPU or the emulated NPU); memory a device allocator: no empty columns
+    cols = [c for c in _columns() if c.name not in ("mfu", "memory") or any(r.get(c.name) is not None for r in rows)]
+    return report.table(cols, rows, title=title or title_for(records))
 
 
 def document(records: list[dict], meta: dict | None = None) -> dict:
