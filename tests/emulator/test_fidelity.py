@@ -101,6 +101,21 @@ def test_api_unsupported_on_every_chip_is_reported(fresh_report):
         torch.nn.MaxPool1d(2)(torch.randn(1, 2, 4, device="npu"))
 
 
+def test_calls_torch_makes_while_tracing_are_not_the_users(fresh_report):
+    x = torch.randn(4, 3, device="npu")
+    tracer = {"__name__": "torch._decomp.decompositions", "F": torch.nn.functional, "x": x}
+    exec("F.pdist(x)", tracer)  # as a decomposition would call it
+    assert fresh_report.report()["unsupported_apis"] == {}
+    # the case seen: torch.compile lowers BatchNorm to torch.var_mean; the user wrote no var_mean
+    m = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4)).to("npu")
+    torch.compile(m, backend="aot_eager")(torch.randn(2, 3, 8, 8, device="npu"))
+    assert "torch.var_mean" in knowledge.unsupported_apis()
+    assert fresh_report.report()["unsupported_apis"] == {}
+    with pytest.warns(RuntimeWarning, match="torch.var_mean is unsupported"):
+        torch.var_mean(x)  # the user's own call still is
+    assert fresh_report.report()["unsupported_apis"] == {"torch.var_mean": 1}
+
+
 def test_settings_from_environment_and_validation():
     s = Settings.from_env({"ASCENDIFY_EMULATE_FIDELITY": "error", "ASCENDIFY_EMULATE_FLOAT64": "allow",
                            "ASCENDIFY_EMULATE_FP16_OVERFLOW": "warn", "ASCENDIFY_EMULATE_MEMORY": "512M",

@@ -4,13 +4,16 @@ Only APIs with a tensor to look at are watched: functions of ``torch``, ``torch.
 ``torch.fft``, ``torch.linalg`` and ``torch.nn.utils`` (a call counts when one of its tensor arguments is on
 ``npu``) and ``torch.nn`` modules (a ``forward`` whose input is on ``npu``). Tooling namespaces
 (``torch.compiler``, ``torch.export``, ``torch.profiler``, ``torch.utils``...) are left alone: torch uses them
-itself. The wrappers cost one ``isinstance`` scan per call and change nothing else.
+itself, and a function called by torch's tracing machinery is not counted either (``torch._decomp`` lowers
+``batch_norm`` to ``torch.var_mean`` under ``torch.compile``: not a call the user wrote). The wrappers cost one
+``isinstance`` scan per call (and a frame lookup for a call on ``npu``) and change nothing else.
 """
 
 from __future__ import annotations
 
 import functools
 import importlib
+import sys
 
 import torch
 
@@ -34,6 +37,18 @@ def _on_npu(args, kwargs) -> bool:
     return False
 
 
+#: torch's tracing and decomposition machinery: a watched API it calls (``torch._decomp`` lowers ``batch_norm`` to
+#: ``torch.var_mean`` under ``torch.compile``) is torch's implementation, not a call in the user's code
+_TRACING = ("torch._decomp", "torch._refs", "torch._prims", "torch._functorch", "torch._dynamo", "torch._inductor",
+            "torch.fx", "torch._subclasses", "torch._higher_order_ops", "torch.export")
+
+
+def _from_tracing(depth: int = 2) -> bool:
+    """True when the caller ``depth`` frames up is torch's tracing or decomposition code."""
+    name = sys._getframe(depth).f_globals.get("__name__") or ""
+    return name.startswith(_TRACING)
+
+
 def _watched(api: str) -> bool:
     if api.startswith(WATCHED):
         return True
@@ -52,7 +67,7 @@ def _resolve(path: str):
 def _wrap_function(api: str, fn):
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        if _on_npu(args, kwargs):
+        if _on_npu(args, kwargs) and not _from_tracing():
             fidelity.unsupported_api(api)
         return fn(*args, **kwargs)
 
