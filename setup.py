@@ -1,11 +1,15 @@
-"""Packaging extras that pyproject.toml cannot express: ``ascendify_emulate.pth`` in site-packages.
+"""Packaging extras that pyproject.toml cannot express: ``ascendify_emulate.pth`` in site-packages, and the demo's
+example project inside the wheel.
 
 The .pth runs one line at interpreter start: with ``ASCENDIFY_EMULATE`` unset it is a dictionary lookup; with
 ``ASCENDIFY_EMULATE=npu`` it installs the torch-free import hook of ``ascendify._emulate_hook`` (``import
 torch_npu`` then loads the emulator). Installed by a wheel (``pip install .``) and by ``pip install -e .``.
+A wheel also carries ``examples/cuda_project`` as ``ascendify/_examples/cuda_project``, so ``ascendify demo`` runs
+after ``pip install`` without the source checkout (an editable install finds the checkout's copy).
 Everything else is in pyproject.toml.
 """
 
+import shutil
 from pathlib import Path
 
 from setuptools import setup
@@ -20,8 +24,19 @@ PTH_LINE = (
 )
 
 
+EXAMPLE = Path(__file__).resolve().parent / "examples" / "cuda_project"
+EXAMPLE_IN_PACKAGE = ("ascendify", "_examples", "cuda_project")
+
+
 def _write_pth(folder: str) -> None:
     Path(folder, PTH_NAME).write_text(PTH_LINE, encoding="utf-8")
+
+
+def _copy_example(build_lib: str) -> None:
+    if EXAMPLE.is_dir():
+        dest = Path(build_lib, *EXAMPLE_IN_PACKAGE)
+        shutil.rmtree(dest, ignore_errors=True)
+        shutil.copytree(EXAMPLE, dest, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.pt", "*.so"))
 
 
 class BuildPyWithPth(build_py):
@@ -30,6 +45,8 @@ class BuildPyWithPth(build_py):
     def run(self):
         super().run()
         _write_pth(self.build_lib)
+        if not self.editable_mode:
+            _copy_example(self.build_lib)
 
 
 class EditableWheelWithPth(editable_wheel):

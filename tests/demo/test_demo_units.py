@@ -324,3 +324,36 @@ def test_jobs_for_each_target(tmp_path):
     assert cuda["bench-target"].argv[cuda["bench-target"].argv.index("--device") + 1] == "cuda"
     for j in [*emu.values(), *npu.values(), *cuda.values()]:
         assert j.shown and str(runner.find_project()) not in j.shown and str(tmp_path) not in j.shown, j.shown
+
+
+def test_an_installed_wheel_carries_the_demo_project(tmp_path):
+    """``pip install ascendify`` then ``ascendify demo``: the wheel has examples/cuda_project inside the package,
+    and the demo finds it there when no source checkout is around (built from a copy: nothing lands in the tree)."""
+    import shutil
+    import subprocess
+    import sys
+    import zipfile
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    files = subprocess.run(["git", "ls-files"], cwd=root, capture_output=True, text=True, check=True).stdout.split()
+    src = tmp_path / "src"
+    for f in files:
+        if (root / f).is_file():
+            (src / f).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(root / f, src / f)
+    r = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
+                        str(tmp_path / "dist"), str(src)], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    (wheel,) = (tmp_path / "dist").glob("ascendify-*.whl")
+    site = tmp_path / "site"
+    zipfile.ZipFile(wheel).extractall(site)
+    packaged = site / "ascendify" / "_examples" / "cuda_project"
+    assert sorted(p.name for p in packaged.glob("*.py")) == sorted(
+        p.name for p in (root / "examples" / "cuda_project").glob("*.py"))
+    assert (site / "ascendify_emulate.pth").is_file() and not list(packaged.rglob("__pycache__"))
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); import ascendify.demo.runner as r; "
+            "print(r.__file__.startswith(sys.argv[1]), r.find_project())")
+    r = subprocess.run([sys.executable, "-c", code, str(site)], capture_output=True, text=True, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["True", str(packaged)]

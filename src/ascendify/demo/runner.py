@@ -104,14 +104,16 @@ class DemoResult:
 
 
 def find_project() -> Path:
-    """The bundled CUDA example project (``examples/cuda_project`` of the source checkout)."""
+    """The bundled CUDA example project: ``examples/cuda_project`` of the source checkout, else the copy an
+    installed wheel carries (``ascendify/_examples/cuda_project``)."""
     here = Path(__file__).resolve()
-    for base in here.parents:
-        cand = base / "examples" / "cuda_project"
+    candidates = [base / "examples" / "cuda_project" for base in here.parents]
+    candidates.append(here.parents[1] / "_examples" / "cuda_project")
+    for cand in candidates:
         if (cand / st.SCRIPT).is_file() and (cand / "models.py").is_file():
             return cand
-    raise DemoError("the bundled example project examples/cuda_project was not found next to the ascendify package "
-                    f"({here.parents[2]}): the demo runs from a source checkout (pip install -e .)", EXIT_SETUP)
+    raise DemoError("the bundled example project (examples/cuda_project) was not found: not in a source checkout "
+                    f"above {here.parents[1]} nor inside the installed package; reinstall ascendify", EXIT_SETUP)
 
 
 def resolve_target(device: str) -> tuple[str, str]:
