@@ -1,5 +1,6 @@
 """``--device`` to a torch device: the emulated NPU wherever no real accelerator is present."""
 
+import os
 import subprocess
 import sys
 
@@ -18,7 +19,7 @@ def test_cpu_and_bad_requests():
 
 def test_a_missing_accelerator_names_the_alternatives(monkeypatch):
     monkeypatch.setattr(devices, "is_cuda_available", lambda: False)
-    with pytest.raises(placement.DeviceError, match="no cuda device here: use --device npu"):
+    with pytest.raises(placement.DeviceError, match="no cuda device here: use npu"):
         placement.resolve_device("cuda:1")
     monkeypatch.setattr(devices, "is_cuda_available", lambda: True)
     assert placement.resolve_device("cuda:1") == ("cuda:1", False)
@@ -40,6 +41,22 @@ def test_no_accelerator_means_the_emulated_npu():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "('npu', True) ('npu:1', True) npu npu:0"
+
+
+def test_an_emulated_device_index_is_checked_before_anything_runs():
+    code = ("from ascendify import placement\n"
+            "for req, bw in (('npu:9', False), ('npu:1', True)):\n"
+            "    try:\n        placement.resolve_device(req, backward=bw)\n"
+            "    except placement.DeviceError as e:\n        print(e)\n"
+            "print(placement.resolve_device('npu:7'), placement.resolve_device('npu:0', backward=True))")
+    env = {**os.environ, "ASCENDIFY_EMULATE_SINGLE_DEVICE": "0"}
+    env.pop("LOCAL_RANK", None)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith("npu:9: the emulated NPU has 8 device(s) (npu:0 to npu:7")
+    assert lines[1].startswith("npu:1: the emulated NPU runs backward on npu:0 only")
+    assert lines[2] == "('npu:7', True) ('npu:0', True)"
 
 
 def test_an_emulator_that_cannot_start_says_why():

@@ -38,12 +38,14 @@ def enable_emulated_npu(**settings) -> None:
         raise DeviceError(f"no real NPU here and the emulated NPU cannot start: {e}") from e
 
 
-def resolve_device(requested: str = "auto") -> tuple[str, bool]:
+def resolve_device(requested: str = "auto", *, backward: bool = False) -> tuple[str, bool]:
     """Turn ``auto|npu|cuda|xpu|mps|cpu`` (optionally ``:N``) into ``(device, emulated)``.
 
     ``npu`` is the real NPU where torch_npu and a device are present, else the emulated NPU (enabled here).
     ``auto`` is the real NPU, else CUDA/XPU/MPS, else the emulated NPU: the embedded default wherever no real
-    accelerator is present. Raises :class:`DeviceError` for a device that is not there (``cuda`` without one).
+    accelerator is present. Raises :class:`DeviceError` for a device that is not there (``cuda`` without one,
+    ``npu:9`` of 8), before anything is built; ``backward=True`` (training) also refuses an emulated ``npu:N`` the
+    emulator cannot run backward on.
     """
     req = (requested or "auto").strip().lower()
     kind, sep, index = req.partition(":")
@@ -62,7 +64,20 @@ def resolve_device(requested: str = "auto") -> tuple[str, bool]:
         if devices.is_npu_available():
             return "npu" + suffix, False
         enable_emulated_npu()
+        _check_emulated_index(int(index) if index else 0, backward)
         return "npu" + suffix, True
     if kind in probes and not probes[kind]():
-        raise DeviceError(f"no {kind} device here: use --device npu (emulated where no NPU exists) or cpu")
+        raise DeviceError(f"no {kind} device here: use npu (emulated where no NPU exists) or cpu")
     return kind + suffix, False
+
+
+def _check_emulated_index(index: int, backward: bool) -> None:
+    from ascendify.emulator import settings
+
+    if index >= settings.device_count:
+        raise DeviceError(f"npu:{index}: the emulated NPU has {settings.device_count} device(s) (npu:0 to "
+                          f"npu:{settings.device_count - 1}; ASCENDIFY_EMULATE_DEVICES sets the count)")
+    if backward and index > 0 and not settings.single_device:
+        raise DeviceError(f"npu:{index}: the emulated NPU runs backward on npu:0 only (PyTorch's Python device "
+                          "guard knows one device): use npu or npu:0, or set ASCENDIFY_EMULATE_SINGLE_DEVICE=1 "
+                          "to make every npu:N the one device")

@@ -146,8 +146,19 @@ def test_missing_path(tmp_path, capsys):
 def test_bad_model_spec(tmp_path, capsys):
     _expect_bad(["compare", "--model", f"{MODELS}:NoSuchThing", "--inputs", "2x16:int64:64", "--target", "cpu",
                  "-o", str(tmp_path / "o")], capsys, "NoSuchThing")
-    _expect_bad(["compare", "--model", f"{MODELS}:Reference", "--inputs", "2x16:complex7", "--target", "cpu",
-                 "-o", str(tmp_path / "o")], capsys, "unknown dtype")
+
+
+@pytest.mark.parametrize("extra, needle", [
+    (["--inputs", "2x16:complex7", "--target", "cpu"], "unknown dtype"),
+    (["--target", "cpu"], "--inputs is needed"),
+    (["--inputs", "2x16:int64:64", "--target", "npu:fp64"], "--target npu:fp64: unknown precision 'fp64'"),
+    (["--inputs", "2x16:int64:64", "--target", "tpu:fp32"], "--target tpu:fp32: unknown device 'tpu'"),
+])
+def test_bad_lockstep_settings_are_usage_errors(tmp_path, capsys, extra, needle):
+    out = tmp_path / "o"
+    assert main(["compare", "--model", f"{MODELS}:Reference", *extra, "-o", str(out)]) == 2
+    assert needle in capsys.readouterr().err
+    assert not out.exists() or not any(out.iterdir())
 
 
 def test_worked_example_cuda_original_vs_npu_port_on_the_emulated_npu(tmp_path):
@@ -172,7 +183,8 @@ def test_worked_example_cuda_original_vs_npu_port_on_the_emulated_npu(tmp_path):
 
 @pytest.mark.parametrize("width", [80, 100])
 def test_flagged_table_fits_the_terminal(dumps, width):
-    # at 80 columns the last number column was cropped to its first letter; now columns are dropped instead
+    # at 80 columns the last number column was cropped to its first letter, then columns were dropped; now every
+    # column is shown, the table split into parts that repeat the call's name where it cannot fit
     from ascendify import report
     from ascendify.precision import compare_dumps
     from ascendify.precision.compare_report import print_summary
@@ -180,13 +192,15 @@ def test_flagged_table_fits_the_terminal(dumps, width):
     con = report.console(file=io.StringIO(), width=width)
     print_summary(compare_dumps(dumps / "golden", dumps / "perm"), console=con)
     text = con.file.getvalue()
-    header = " ".join(line for line in text.splitlines() if "┃" in line)
-    for word in ("result", "target call", "local err", "limit", "code err"):
-        assert word in header or word.replace(" ", "") in header.replace(" ", ""), header
-    # every header cell shown is whole: no cropped fragment at the right edge
-    last = [line for line in text.splitlines() if "┃" in line][-1].rstrip()
-    assert last.endswith(("err", "limit")), last
-    assert ("output err" in header) == (width >= 100)
+    lines = text.splitlines()
+    assert max(len(line) for line in lines) <= width
+    headers = [line for line in lines if "┃" in line]
+    header = " ".join(headers)
+    for word in ("result", "target call", "computed in", "local err", "limit", "code err", "output err", "why"):
+        assert word in header, header
+    assert all("target call" in h for h in headers)  # each part names the call
+    for h in headers:  # every header cell shown is whole: no cropped fragment at the right edge
+        assert h.rstrip().endswith(("err", "limit", "why", "in")), h
     assert all(len(line) <= width for line in text.splitlines())
 
 

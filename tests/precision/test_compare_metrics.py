@@ -37,6 +37,18 @@ def test_zero_tensors_and_nonfinite():
     assert not metrics.nan_inf_agreement(a, torch.tensor([1.0, float("nan"), -float("inf")]))["agree"]
 
 
+def test_an_all_nan_target_is_not_a_perfect_match():
+    golden = torch.randn(4, 8)
+    m = metrics.tensor_metrics(torch.full((4, 8), float("nan")), golden)
+    assert m["nan_inf"] == {"nan": [32, 0], "inf": [0, 0], "agree": False}
+    for key in ("cosine", "rel_l2", "max_abs", "max_rel", "thousandth", "ulp_max"):
+        assert math.isnan(m[key]), (key, m[key])
+    partial = golden.clone()
+    partial[0, 0] = float("nan")  # some finite positions left: the numbers are over those
+    m = metrics.tensor_metrics(partial, golden)
+    assert m["cosine"] == pytest.approx(1.0) and m["rel_l2"] == 0.0 and not m["nan_inf"]["agree"]
+
+
 def test_max_abs_max_rel_thousandth():
     a = torch.tensor([1.0, 2.0, 3.0, 4.0])
     b = torch.tensor([1.0, 2.0, 3.0, 4.1])

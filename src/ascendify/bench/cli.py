@@ -182,7 +182,8 @@ def run_compare(args) -> int:
     name_a, name_b = output.side_label(a, args.a), output.side_label(b, args.b)
     title = f"A = {name_a} ({args.a})  B = {name_b} ({args.b})"
     con = report.console()
-    con.print(report.table(output.compare_columns("A", "B"), rows, title=title))
+    cols = output.shown_columns(output.compare_columns("A", "B"), rows, ("memory_ratio", "note"))
+    con.print(report.table(cols, rows, title=title))
     if any(r.get("emulated") for r in a + b):
         con.print(f"[yellow]a side was measured on the emulated NPU: {EMULATED_LABEL}[/yellow]")
     doc = {"schema": "ascendify.bench.compare/1", "a": {"file": str(args.a), "label": name_a},

@@ -75,7 +75,7 @@ def render_table(records: list[dict], title: str | None = None):
 
     rows = [table_row(r) for r in records]
     # MFU needs a known peak (not on the CPU or the emulated NPU); memory a device allocator: no empty columns
-    cols = [c for c in _columns() if c.name not in ("mfu", "memory") or any(r.get(c.name) is not None for r in rows)]
+    cols = shown_columns(_columns(), rows, ("mfu", "memory"))
     return report.table(cols, rows, title=title or title_for(records))
 
 
@@ -221,10 +221,12 @@ def compare(a: list[dict], b: list[dict]) -> list[dict]:
         la = (ra.get("latency_ms") or {}).get("p50")
         lb = (rb.get("latency_ms") or {}).get("p50")
         ratio = _ratio(ta, tb)
+        note = None
         if not ra or not rb:
-            status = "skip"
+            status, note = "skip", "only in A" if ra else "only in B"
         elif ra.get("status") != "ok" or rb.get("status") != "ok":
             status = "fail"
+            note = ", ".join(f"{side} {r.get('status')}" for side, r in (("A", ra), ("B", rb)) if r.get("status") != "ok")
         else:
             status = "ok"
         rows.append({
@@ -235,7 +237,7 @@ def compare(a: list[dict], b: list[dict]) -> list[dict]:
             "latency_p50_a": la, "latency_p50_b": lb, "latency_ratio": _ratio(la, lb),
             "memory_a": ra.get("peak_memory_bytes"), "memory_b": rb.get("peak_memory_bytes"),
             "memory_ratio": _ratio(ra.get("peak_memory_bytes"), rb.get("peak_memory_bytes")),
-            "status": status,
+            "status": status, "note": note,
         })
     return rows
 
@@ -244,11 +246,18 @@ def compare_columns(name_a: str, name_b: str):
     from ascendify.report import Column
 
     return [
-        Column("model", kind="path"), Column("run"), Column("batch_size", "batch", "number"),
+        Column("model", kind="path", key=True), Column("run", key=True), Column("batch_size", "batch", "number", key=True),
+        Column("status", kind="status"),
         Column("throughput_a", f"{name_a} /s", "number"), Column("throughput_b", f"{name_b} /s", "number"),
         Column("throughput_ratio", "B/A speed", "number"), Column("latency_ratio", "B/A p50", "number"),
-        Column("memory_ratio", "B/A mem", "number"), Column("status", kind="status"),
+        Column("memory_ratio", "B/A mem", "number"), Column("note"),
     ]
+
+
+def shown_columns(columns, rows: list[dict], optional: tuple[str, ...]) -> list:
+    """``columns`` without the ``optional`` ones that are empty in every row (MFU or memory where none was
+    measured, a note column with nothing to say)."""
+    return [c for c in columns if c.name not in optional or any(r.get(c.name) is not None for r in rows)]
 
 
 def side_label(records: list[dict], path: str) -> str:

@@ -180,14 +180,21 @@ def _steps_ranks(path, lister):
 # lockstep
 
 
+class SettingError(ValueError):
+    """A bad ``--golden``/``--target`` setting: a usage error (exit 2)."""
+
+    usage = True
+
+
 def _parse_setting(spec: str, what: str) -> tuple[str, str]:
     parts = spec.strip().split(":")
     prec = "fp32"
-    if parts[-1].lower() in PRECISIONS:
+    last = parts[-1].lower()
+    if last in PRECISIONS:
         prec = parts.pop().lower()
+    elif len(parts) > 1 and not last.isdigit():
+        raise SettingError(f"{what} {spec}: unknown precision {parts[-1]!r}: use {', '.join(PRECISIONS)}")
     device = ":".join(parts) or "cpu"
-    if not device:
-        raise ValueError(f"{what} {spec!r}: expected DEVICE:PRECISION, e.g. cpu:fp32 or npu:bf16")
     return device, prec
 
 
@@ -204,11 +211,11 @@ def run_model_compare(args):
     tdev, tprec = _parse_setting(args.target_spec, "--target")
     dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
     resolved = {}
-    for dev in {gdev, tdev}:
+    for dev, what in ((gdev, f"--golden {args.golden_spec}"), (tdev, f"--target {args.target_spec}")):
         try:
             resolved[dev] = placement.resolve_device(dev)[0] if dev.split(":")[0] != "cpu" else dev
-        except Exception as e:
-            raise ValueError(f"device {dev!r}: {e}") from None
+        except placement.DeviceError as e:
+            raise SettingError(f"{what}: {e}") from None
     torch.manual_seed(args.seed)
     target = loading.build(args.model)
     if args.golden_model:
@@ -236,5 +243,5 @@ def _run_model(args) -> int:
     except ImportError as e:
         return _err(f"lockstep comparison needs PyTorch ({e})", 3)
     except (ValueError, OSError, SyntaxError, AttributeError, TypeError) as e:
-        return _err(str(e), 3)
+        return _err(str(e), 2 if getattr(e, "usage", False) else 3)
     return _emit(result, args)

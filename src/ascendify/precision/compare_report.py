@@ -200,9 +200,8 @@ def print_summary(result: ComparisonResult, console=None, written: list[str] | N
         con.print(line, highlight=False, markup=False)
     rows = _node_rows(result, only_flagged=True)
     if rows:
-        # a narrow terminal drops the least needed number columns rather than cropping the last one
-        drop = {"why"} | ({"output"} if con.width < 100 else set()) | ({"dtype"} if con.width < 90 else set())
-        cols = [c for c in _NODE_COLUMNS if c.name not in drop]
+        # every column: the reporting layer folds the texts and splits a table that cannot fit, never drops one
+        cols = _NODE_COLUMNS
         shown = sorted(rows, key=lambda r: (r["result"] != "error", r["order"]))[:limit]
         report.print_table(cols, shown, title=f"flagged calls ({len(rows)})", console=con)
     for path in written or []:

@@ -17,6 +17,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+
+class SpecError(ValueError):
+    """A malformed or missing command-line spec (``FILE:NAME``, an input shape): a usage error, not bad input."""
+
+    usage = True
+
 _DTYPES = ("float32", "float64", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool", "long",
            "int", "float")
 
@@ -24,7 +30,7 @@ _DTYPES = ("float32", "float64", "float16", "bfloat16", "int64", "int32", "int16
 def _split(spec: str) -> tuple[Path, str]:
     path, sep, expr = spec.rpartition(":")
     if not sep or not path or not expr:
-        raise ValueError(f"{spec!r}: expected FILE:NAME (e.g. models.py:make_model)")
+        raise SpecError(f"{spec!r}: expected FILE:NAME (e.g. models.py:make_model)")
     return Path(path), expr.strip()
 
 
@@ -92,10 +98,10 @@ def _parse_shape_spec(one: str, seed: int, index: int):
     try:
         shape = tuple(int(s) for s in parts[0].lower().split("x") if s)
     except ValueError:
-        raise ValueError(f"input spec {one!r}: the shape must be like 4x16") from None
+        raise SpecError(f"input spec {one!r}: the shape must be like 4x16") from None
     dtype = parts[1].lower() if len(parts) > 1 and parts[1] else "float32"
     if dtype not in _DTYPES:
-        raise ValueError(f"input spec {one!r}: unknown dtype {dtype!r} (use one of {', '.join(_DTYPES)})")
+        raise SpecError(f"input spec {one!r}: unknown dtype {dtype!r} (use one of {', '.join(_DTYPES)})")
     dtype = {"long": "int64", "int": "int64", "float": "float32"}.get(dtype, dtype)
     g = torch.Generator().manual_seed(seed + index)
     tdt = getattr(torch, dtype)
@@ -123,7 +129,7 @@ def inputs(spec: str | None, model=None, seed: int = 0) -> tuple:
             x, _ = models.example_batch(model, 2, image_size=size, seq_len=seq,
                                         generator=torch.Generator().manual_seed(seed))
             return (x,)
-        raise ValueError("--inputs is needed: FILE:FUNC, or shapes such as 4x16:int64:64 or 2x3x32x32")
+        raise SpecError("--inputs is needed: FILE:FUNC, or shapes such as 4x16:int64:64 or 2x3x32x32")
     head, sep, tail = spec.rpartition(":")
     if sep and head.endswith(".py"):
         val = _evaluate(Path(head), tail)

@@ -596,7 +596,8 @@ def _judge(node: NodeResult, tc: _Call, gc: _Call) -> None:
             )
         ni = loc.get("nan_inf") or {}
         if ni and not ni.get("agree", True):
-            node.reasons.append(f"NaN/Inf differ from golden (nan {ni['nan']}, inf {ni['inf']})")
+            node.reasons.append(f"NaN/Inf differ: target {ni['nan'][0]} NaN, {ni['inf'][0]} Inf; golden "
+                                    f"{ni['nan'][1]} NaN, {ni['inf'][1]} Inf")
     code = node.code or {}
     ce = code.get("rel_l2")
     if ce is not None and node.code_limit is not None and ce > node.code_limit and not code.get("shape_mismatch"):

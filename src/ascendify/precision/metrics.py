@@ -167,7 +167,9 @@ def tensor_metrics(actual, expected, dtype: str | None = None) -> dict[str, Any]
     """Every tensor metric of ``actual`` against ``expected`` in one dict (keys: ``cosine``, ``rel_l2``,
     ``max_abs``, ``max_rel``, ``thousandth``, ``five_thousandth``, ``ulp_max``, ``ulp_mean``, ``nan_inf``,
     ``shape``/``dtype`` mismatches). ``dtype`` is the dtype the target computed in, for ULPs (default: the
-    target's dtype). Tensors of different shapes get only the mismatch entries (numbers would be meaningless)."""
+    target's dtype). Tensors of different shapes get only the mismatch entries (numbers would be meaningless).
+    The numbers are over the positions finite on both sides; where there is none (an all-NaN output) they are NaN,
+    never the "perfect" values of an empty comparison."""
     out: dict[str, Any] = {
         "dtype": [str(actual.dtype), str(expected.dtype)],
         "shape": [list(actual.shape), list(expected.shape)],
@@ -192,6 +194,12 @@ def tensor_metrics(actual, expected, dtype: str | None = None) -> dict[str, Any]
     )
     out["ulp_max"], out["ulp_mean"] = ulp_distance(actual, expected, udt)
     out["nan_inf"] = nan_inf_agreement(actual, expected)
+    if actual.numel() and not _finite(*_pair(actual, expected))[0].numel():
+        # no position is finite on both sides (an all-NaN output): the metrics above saw nothing to compare, and
+        # their "perfect" values (cosine 1, error 0) would read as a match
+        for key in ("cosine", "rel_l2", "max_abs", "max_rel", "thousandth", "five_thousandth", "ulp_max",
+                    "ulp_mean"):
+            out[key] = math.nan
     return out
 
 

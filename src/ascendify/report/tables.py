@@ -48,13 +48,15 @@ def plural(n: int, word: str, many: str | None = None) -> str:
 
 @dataclass(frozen=True)
 class Column:
-    """One column: ``name`` keys the row dicts; ``kind`` is text, path, number or status."""
+    """One column: ``name`` keys the row dicts; ``kind`` is text, path, number or status. ``key`` marks the columns
+    that name a row (repeated in every part of a table split to fit; default: up to the first text/path column)."""
 
     name: str
     header: str | None = None
     kind: str = "text"
     align: str | None = None
     ratio: int | None = None
+    key: bool = False
 
     @property
     def title(self) -> str:
@@ -134,8 +136,10 @@ def table(columns: list[Column], rows: list[dict[str, Any]], title: str | None =
 
     parts = []
     for i, group in enumerate(groups):
-        parts.append(_table(keys + group, rows, title if i == 0 else None, width, total_row))
+        if i == 0 and title is not None:
+            parts.append(Text(title))
         parts.append(Text(f"part {i + 1} of {len(groups)} (split to fit {width} columns)", style="dim"))
+        parts.append(_table(keys + group, rows, None, width, total_row))
     return Group(*parts)
 
 
@@ -193,8 +197,11 @@ def _split(columns: list[Column], rows: list[dict[str, Any]], width: int) -> tup
     gap = 3
     if sum(_needed(c, rows) for c in columns) + gap * (len(columns) - 1) <= width:
         return [], [columns]
-    first = next((i for i, c in enumerate(columns) if c.kind in ("text", "path")), 0)
-    keys, rest = columns[: first + 1], columns[first + 1:]
+    if any(c.key for c in columns):
+        keys, rest = [c for c in columns if c.key], [c for c in columns if not c.key]
+    else:
+        first = next((i for i, c in enumerate(columns) if c.kind in ("text", "path")), 0)
+        keys, rest = columns[: first + 1], columns[first + 1:]
     # the row names keep their width up to half the line (beyond that they fold)
     used_by_keys = sum(min(_natural(c, rows), max(_needed(c, rows), width // 2)) + gap for c in keys)
     room = width - used_by_keys

@@ -55,7 +55,7 @@ def autocast(cfg: TrainConfig, device: str):
 
 def train(cfg: TrainConfig, *, show_progress: bool = True) -> list[dict]:
     """Train as ``cfg`` says; returns the history (one dict per finished epoch)."""
-    device, emulated = placement.resolve_device(cfg.device)
+    device, emulated = placement.resolve_device(cfg.device, backward=True)
     ctx, device = distributed.setup(device, emulated)
     out = Path(cfg.out)
     if ctx.is_main:
@@ -72,7 +72,7 @@ def train(cfg: TrainConfig, *, show_progress: bool = True) -> list[dict]:
     # its global RNG (dropout...) follow the uninterrupted run's exactly
     loader_rng = torch.Generator()
     train_loader = DataLoader(sets.train, batch_size=cfg.batch_size, sampler=sampler, num_workers=cfg.workers,
-                              pin_memory=device != "cpu", generator=loader_rng)
+                              pin_memory=not device.startswith("cpu"), generator=loader_rng)
     val_loader = DataLoader(torch.utils.data.Subset(sets.val, range(ctx.rank, len(sets.val), ctx.world_size)),
                             batch_size=cfg.batch_size, num_workers=cfg.workers, generator=torch.Generator())
 
