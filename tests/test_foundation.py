@@ -116,3 +116,30 @@ def test_a_bad_report_path_stops_before_the_program_runs(tmp_path, capsys, verb,
     assert cli.main([verb, option, str(tmp_path / "afile" / "x.json"), str(script)]) == 2
     assert "afile is a file, not a folder" in capsys.readouterr().err
     assert not (tmp_path / "ran").exists()
+
+
+def test_folder_problem_names_what_is_wrong(tmp_path):
+    (tmp_path / "afile").write_text("x")
+    assert fileio.folder_problem(tmp_path / "new" / "deeper") is None
+    assert fileio.folder_problem(tmp_path) is None
+    assert fileio.folder_problem(tmp_path / "afile") == f"{tmp_path / 'afile'} is a file, not a folder"
+    assert fileio.folder_problem(tmp_path / "afile" / "sub") == f"{tmp_path / 'afile'} is a file, not a folder"
+
+
+@pytest.mark.parametrize("argv", [
+    ["migrate", "SRC", "-o", "OUT"],  # said "not empty ... pass --force", and --force then failed with errno 17
+    ["compare", "--curves", "SRC/h.json", "SRC/h.json", "-o", "OUT"],
+    ["doctor", "--skip-device", "--out", "OUT"],  # gathered every fact first, then "[Errno 17] File exists"
+])
+def test_an_output_folder_that_is_a_file_is_a_usage_error_said_up_front(tmp_path, capsys, argv):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "train.py").write_text("import torch\nx = torch.ones(1).cuda()\n")
+    (src / "h.json").write_text('[{"epoch": 1, "loss": 1.0}]')
+    out = tmp_path / "afile"
+    out.write_text("x")
+    argv = [a.replace("SRC", str(src)).replace("OUT", str(out)) for a in argv]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"{out} is a file, not a folder" in err and "--force" not in err and "Errno" not in err
+    assert out.read_text() == "x"

@@ -116,6 +116,21 @@ def device_name(device: str) -> str:
 
 
 @cache
+def cpu_has_bf16() -> bool | None:
+    """True when the host CPU computes bfloat16 natively (``avx512_bf16``/``amx_bf16``, Arm ``bf16``), False when
+    it does not (bf16 matmuls then run many times slower than fp32), None when unknown (no /proc/cpuinfo)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.lower().startswith(("flags", "features")):
+                    flags = set(line.split(":", 1)[1].split())
+                    return bool(flags & {"avx512_bf16", "amx_bf16", "bf16"})
+    except OSError:
+        pass
+    return None
+
+
+@cache
 def _cpu_model() -> str:
     import platform
 

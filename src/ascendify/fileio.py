@@ -72,6 +72,25 @@ def output_problem(path: str | os.PathLike[str]) -> str | None:
     return None
 
 
+def folder_problem(path: str | os.PathLike[str]) -> str | None:
+    """Why an output folder cannot be made or written at ``path`` (checked before the work, not after), or None.
+
+    >>> folder_problem("/dev/null")
+    '/dev/null is a file, not a folder'
+    """
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        return f"{path} is a file, not a folder"
+    probe = path
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent  # the missing folders are made
+    if not probe.is_dir():
+        return f"{probe} is a file, not a folder"
+    if not os.access(probe, os.W_OK | os.X_OK):
+        return f"no permission to write in {probe}"
+    return None
+
+
 def _umask() -> int:
     """The process umask (read by setting and restoring it: there is no read-only call)."""
     mask = os.umask(0o022)

@@ -153,3 +153,23 @@ def test_bad_input_leaves_no_output_folder_and_out_may_not_be_a_file(tmp_path):
     (tmp_path / "afile").write_text("x")
     r = run_cli("--model", f"{TINY}:make", "--out", str(tmp_path / "afile"), "-q")
     assert r.returncode == 2 and "is a file, not a folder" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_off_a_terminal_a_slow_run_still_shows_a_line_every_so_often(monkeypatch, capsys):
+    # 20 s per step under bf16 on a CPU without bf16 units: with only "every 100 steps" a run looked hung
+    import types
+
+    from ascendify.train import progress
+
+    cfg = types.SimpleNamespace(model="m", data="d", amp="off", batch_size=2, epochs=1, log_every=100)
+    ctx = types.SimpleNamespace(world_size=1)
+    clock = [0.0]
+    monkeypatch.setattr(progress.time, "monotonic", lambda: clock[0])
+    with progress.Progress(cfg, ctx, "cpu", False, enabled=True) as view:
+        view.start_epoch(0, 300, 0)
+        for step, t in ((1, 5.0), (2, 31.0), (3, 40.0), (4, 62.0), (100, 63.0)):
+            clock[0] = t
+            view.step(step, 1.0, 0.5, 2.0)
+    lines = [line for line in capsys.readouterr().err.splitlines() if "step" in line]
+    assert [line.split(":")[0].strip() for line in lines] == [
+        "epoch 1 step 2/300", "epoch 1 step 4/300", "epoch 1 step 100/300"]

@@ -71,6 +71,12 @@ def run(args) -> int:
         if bad:
             print(f"ascendify doctor: unknown --device {', '.join(bad)} (use npu, cuda, emulated, cpu)", file=sys.stderr)
             return 2
+    if args.out:
+        from ascendify.fileio import folder_problem
+
+        if problem := folder_problem(args.out):  # before the facts are gathered
+            print(f"ascendify doctor: --out {args.out}: {problem}", file=sys.stderr)
+            return 2
     err = report.console(stderr=True)
 
     def progress(msg: str) -> None:

@@ -113,6 +113,7 @@ def run(args: argparse.Namespace) -> int:
         jobs = os.cpu_count() or 1
 
     from ascendify import report as shared
+    from ascendify.fileio import folder_problem
     from ascendify.migrate.engine import Options
     from ascendify.migrate.native import NATIVE_SUFFIXES
     from ascendify.migrate.report import build, next_steps, print_summary, write
@@ -133,6 +134,8 @@ def run(args: argparse.Namespace) -> int:
     if clash:
         return _usage(f"two inputs would be written to the same output file: {clash[0]} (convert them "
                       "separately, or pass their common folder)")
+    if mode == "write" and (problem := folder_problem(args.output)):
+        return _usage(f"-o {args.output}: {problem}")
     if mode == "write" and not args.force:
         foreign = foreign_output(args.output)
         if foreign:

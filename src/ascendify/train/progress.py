@@ -1,11 +1,15 @@
 """What the trainer shows while it runs: a rich progress bar on a terminal, a line every ``log_every`` steps
-otherwise, and one line per epoch. Only rank 0 shows anything."""
+(or every :data:`QUIET_S` seconds, whichever comes first) otherwise, and one line per epoch. Only rank 0 shows
+anything."""
 
 from __future__ import annotations
 
 import sys
+import time
 
 from ascendify import report
+
+QUIET_S = 30.0  # off a terminal, never longer than this without a line
 
 
 class Progress:
@@ -38,6 +42,7 @@ class Progress:
 
     def start_epoch(self, epoch: int, steps: int, done: int) -> None:
         self.epoch, self.steps = epoch, steps
+        self._last = time.monotonic()
         if self.bar is not None:
             if self.task is not None:
                 self.bar.remove_task(self.task)
@@ -48,7 +53,9 @@ class Progress:
         stats = f"loss {loss:.4f}  acc {100 * acc:.1f}%  {rate:,.0f} samples/s"
         if self.bar is not None:
             self.bar.update(self.task, completed=step, stats=stats)
-        elif self.enabled and self.cfg.log_every and step % self.cfg.log_every == 0:
+        elif self.enabled and ((self.cfg.log_every and step % self.cfg.log_every == 0)
+                               or time.monotonic() - self._last >= QUIET_S):
+            self._last = time.monotonic()
             self.console.print(f"  epoch {self.epoch + 1} step {step}/{self.steps}: {stats}")
 
     def end_epoch(self, row: dict) -> None:

@@ -101,6 +101,9 @@ def train(cfg: TrainConfig, *, show_progress: bool = True) -> list[dict]:
 
     stopped = False
     with view:
+        if cfg.amp == "bf16" and (emulated or device.startswith("cpu")) and devices.cpu_has_bf16() is False:
+            view.note("note: --amp bf16 runs on the host CPU here, which has no bf16 units (no avx512_bf16 or "
+                      "amx_bf16): expect it many times slower than --amp off (see `ascendify doctor`'s perf check)")
         for epoch in range(progress.epoch, cfg.epochs):
             sampler.set_epoch(epoch)
             loader_rng.manual_seed(cfg.seed * 1_000_003 + epoch)
