@@ -16,7 +16,8 @@ largest batch that fits. --device npu uses the emulated NPU where no real one ex
 host's speed, and are labelled so.
 
 examples:
-  ascendify bench --model resnet50 --mode train --batch-size 32,64 --precision fp32,bf16 --out bench_out
+  ascendify bench --model resnet50 --mode train --batch-size 32,64 \\
+      --precision fp32,bf16 --out bench_out
   ascendify bench --model gpt2 --mode infer --device npu --quick --json npu.json
   ascendify bench --model my_model.py:build --batch-size 8 --find-max-batch
   ascendify bench compare gpu.json npu.json

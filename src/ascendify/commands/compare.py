@@ -19,11 +19,13 @@ import sys
 HELP = "compare two dumps, two models in lockstep, or two training curves; name the first divergence"
 DESCRIPTION = """Compare a target against a golden reference and name the first divergence.
 
-  ascendify compare GOLDEN_DUMP TARGET_DUMP -o OUT          two dumps (ours or msprobe's)
+  # two dumps (ours or msprobe's)
+  ascendify compare GOLDEN_DUMP TARGET_DUMP -o OUT
+  # lockstep: both models in one process
   ascendify compare --model FILE:FACTORY --inputs SPEC -o OUT
-                    [--golden-model FILE:FACTORY] [--golden cpu:fp32] [--target npu:bf16]
-                                                           lockstep: both models in one process
-  ascendify compare --curves A B [--tolerance 0.05] -o OUT  training histories (JSON, CSV, TensorBoard)
+      [--golden-model FILE:FACTORY] [--golden cpu:fp32] [--target npu:bf16]
+  # training histories (JSON, CSV, TensorBoard)
+  ascendify compare --curves A B [--tolerance 0.05] -o OUT
 
 FACTORY is a name in FILE (a class or function called with no arguments) or a call expression evaluated in
 FILE's namespace, e.g. 'examples/npu_project/models.py:GPT(vocab_size=64, seq_len=16, d_model=32)'.

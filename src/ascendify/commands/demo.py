@@ -11,15 +11,20 @@ DESCRIPTION = """Show the whole mission on the bundled CUDA example project, end
 
   1. doctor     is this machine ready for PyTorch on Ascend?
   2. migrate    examples/cuda_project rewritten for torch_npu, with its report
-  3. train      the migrated trainer on the NPU (the emulated NPU when there is none) and the
-                unmodified original on the CPU (ascendify run --to cpu), same seed and sizes
-  4. compare    lockstep on the model (CPU fp32 vs NPU bf16) and the two runs' loss curves
-  5. bench      training speed on the CPU and the NPU (the emulated NPU's figures are host speed)
-  6. checklist  the migration checklist, each item evaluated from the steps with its evidence
-  7. report     OUT/report.html (one self-contained page linking everything), OUT/demo.json
+  3. train      the migrated trainer on the NPU (the emulated NPU when there
+                is none) and the unmodified original on the CPU (ascendify run
+                --to cpu), same seed and sizes
+  4. compare    lockstep on the model (CPU fp32 vs NPU bf16) and the two runs'
+                loss curves
+  5. bench      training speed on the CPU and the NPU (the emulated NPU's
+                figures are host speed)
+  6. checklist  the migration checklist, each item evaluated from the steps
+                with its evidence
+  7. report     OUT/report.html (one self-contained page linking everything),
+                OUT/demo.json
 
 examples:
-  ascendify demo --out demo_out             about 1-3 minutes on a 2-core machine
+  ascendify demo --out demo_out             1-3 minutes on a 2-core machine
   ascendify demo --out demo_out --quick     smallest sizes
   ascendify demo --out demo_out --skip bench --skip doctor
 

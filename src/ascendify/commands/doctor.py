@@ -20,7 +20,7 @@ real NPU, CUDA, the emulated npu (host speed) and the CPU.
   ascendify doctor --bug-report          a Markdown block to paste into an issue
   ascendify doctor --json > doctor.json  the report as JSON on stdout
   ascendify doctor --out report/         doctor.json + doctor.md
-  ascendify doctor --explain train.log   known errors in a log (or stdin: --explain -)
+  ascendify doctor --explain train.log   known errors in a log (or: --explain -)
 
 exit status: 0 no check failed; 1 a check failed (--explain: 1 when nothing matched); 2 usage error.
 """

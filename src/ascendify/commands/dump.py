@@ -23,10 +23,14 @@ program first calls ascendify.precision.step(). What runs after the last boundar
 examples:
   ascendify dump -o dump/ -- python train.py --epochs 1
   ascendify dump --level module --steps 0-1 -o dump/ train.py
-  ascendify dump --mode tensors --scope layers.0 --max-bytes 2G -o dump/ -- python train.py
-  ascendify dump --emulate -o dump_npu/ -- python train_npu.py     # torch_npu code on the emulated npu
-  ascendify dump --to cpu -o dump_cpu/ -- python train_cuda.py     # CUDA code on the CPU (ascendify run)
-  ascendify dump --config config.json -- python train.py           # msprobe's config.json works too
+  ascendify dump --mode tensors --scope layers.0 --max-bytes 2G -o dump/ \\
+      -- python train.py
+  # torch_npu code on the emulated npu
+  ascendify dump --emulate -o dump_npu/ -- python train_npu.py
+  # CUDA code on the CPU (ascendify run)
+  ascendify dump --to cpu -o dump_cpu/ -- python train_cuda.py
+  # msprobe's config.json works too
+  ascendify dump --config config.json -- python train.py
 
 exit status: the program's; 3 a package is missing, 4 the dump could not be written (too large for
 --max-bytes, disk full), 2 a bad command line or config.

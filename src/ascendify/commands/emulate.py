@@ -17,10 +17,13 @@ and fp16-overflow events, APIs unsupported on every chip, peak device memory.
 
 examples:
   ascendify emulate -- python train.py --epochs 1
-  ascendify emulate train.py --epochs 1                  # "python" may be left out
-  ascendify emulate --fidelity error -m mypkg.train      # fail where a real NPU would fall back to the CPU
+  # "python" may be left out
+  ascendify emulate train.py --epochs 1
+  # fail where a real NPU would fall back to the CPU
+  ascendify emulate --fidelity error -m mypkg.train
   ascendify emulate --json emu.json --memory 16G train.py
-  ascendify emulate -- torchrun --nproc-per-node 2 train.py   # every worker emulated (hccl over gloo)
+  # every worker emulated (hccl over gloo)
+  ascendify emulate -- torchrun --nproc-per-node 2 train.py
 
 Settings also come from the environment (ASCENDIFY_EMULATE_FIDELITY, _FLOAT64, _FP16_OVERFLOW, _MEMORY,
 _DEVICES; TORCH_NPU_FALLBACK_CPU_DISABLE=1 means --fidelity error). Details: docs/emulator.md.

@@ -17,10 +17,13 @@ Rewrite CUDA PyTorch code for Ascend NPUs (--to npu) or for device-agnostic PyTo
 Without -o/--inplace/--diff the run only analyses (nothing is written except --report).
 
 examples:
-  ascendify migrate src/ -o out/src_npu                 convert a tree (report in out/src_npu_migration_report)
+  # convert a tree (report in out/src_npu_migration_report)
+  ascendify migrate src/ -o out/src_npu
   ascendify migrate train.py --diff                     show what would change
-  ascendify migrate src/ --check                        exit 1 when changes are needed (CI)
-  ascendify migrate src/ --to portable -o out/portable  device-agnostic code that runs everywhere
+  # exit 1 when changes are needed (CI)
+  ascendify migrate src/ --check
+  # device-agnostic code that runs everywhere
+  ascendify migrate src/ --to portable -o out/portable
   ascendify migrate --explain ASC103                    what a rule does
 
 exit codes: 0 ok; 1 changes needed (--check); 2 usage error (also: no Python file under PATH, or a

@@ -16,11 +16,16 @@ and report what was redirected (API, calls, first call site), what has no effect
 and CUDA device values that could not be mapped.
 
 examples:
-  ascendify run --to cpu train.py --epochs 1          # a CUDA-only script on a laptop
-  ascendify run --to cpu -- python -u train.py        # "python [options]" may be given; -u, -W, -B apply
-  ascendify run --to npu -m mypkg.train --lr 0.1      # a module, on the NPU (emulated when there is none)
-  ascendify run --to npu torchrun --nproc-per-node 2 train.py   # every torchrun worker redirected
-  ascendify run --log run.json --strict train.py      # JSON report; unsupported calls raise at the call
+  # a CUDA-only script on a laptop
+  ascendify run --to cpu train.py --epochs 1
+  # "python [options]" may be given; -u, -W, -B apply
+  ascendify run --to cpu -- python -u train.py
+  # a module, on the NPU (emulated when there is none)
+  ascendify run --to npu -m mypkg.train --lr 0.1
+  # every torchrun worker redirected
+  ascendify run --to npu torchrun --nproc-per-node 2 train.py
+  # a JSON report; unsupported calls raise at the call
+  ascendify run --log run.json --strict train.py
 
 Alternatively put `import ascendify.auto` on the first line of the entry script (target from
 ASCENDIFY_TARGET, default auto). Details: docs/auto.md.

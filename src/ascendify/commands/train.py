@@ -24,7 +24,8 @@ Several processes: --nproc N, or under torchrun yourself:
 
 examples:
   ascendify train --model resnet18 --data digits --epochs 5 --out runs/digits
-  ascendify train --model resnet50 --data synthetic --amp bf16 --channels-last --device npu
+  ascendify train --model resnet50 --data synthetic --amp bf16 --channels-last \\
+      --device npu
   ascendify train --config train.toml --lr 0.01 --resume
 """
 
