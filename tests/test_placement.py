@@ -13,14 +13,16 @@ def test_cpu_and_bad_requests():
     assert placement.resolve_device("cpu") == ("cpu", False)
     assert placement.resolve_device(" CPU ") == ("cpu", False)
     for bad in ("tpu", "auto:1", "npu:x", "cuda:"):
-        with pytest.raises(placement.DeviceError, match="unknown device"):
+        with pytest.raises(placement.DeviceSpecError, match="unknown device") as e:
             placement.resolve_device(bad)
+        assert e.value.exit_code == 2
 
 
 def test_a_missing_accelerator_names_the_alternatives(monkeypatch):
     monkeypatch.setattr(devices, "is_cuda_available", lambda: False)
-    with pytest.raises(placement.DeviceError, match="no cuda device here: use npu"):
+    with pytest.raises(placement.DeviceError, match="no cuda device here: use npu") as e:
         placement.resolve_device("cuda:1")
+    assert e.value.exit_code == 3
     monkeypatch.setattr(devices, "is_cuda_available", lambda: True)
     assert placement.resolve_device("cuda:1") == ("cuda:1", False)
     monkeypatch.setattr(devices, "is_npu_available", lambda: False)

@@ -18,7 +18,17 @@ from ascendify import devices
 
 
 class DeviceError(ValueError):
-    """A device the user asked for that this machine cannot give; the message says what to do."""
+    """A device the user asked for that this machine cannot give; the message says what to do. ``exit_code``:
+    3, the device is not usable here (an environment problem), or 2 for :class:`DeviceSpecError`."""
+
+    exit_code = 3
+
+
+class DeviceSpecError(DeviceError):
+    """A device string that names no device (``tpu``, ``cuda:``, ``npu:x``): a usage error."""
+
+    exit_code = 2
+    usage = True
 
 
 DEVICE_CHOICES = ("auto", "npu", "cuda", "xpu", "mps", "cpu")
@@ -50,7 +60,7 @@ def resolve_device(requested: str = "auto", *, backward: bool = False) -> tuple[
     req = (requested or "auto").strip().lower()
     kind, sep, index = req.partition(":")
     if kind not in DEVICE_CHOICES or (sep and not index.isdigit()) or (kind == "auto" and sep):
-        raise DeviceError(f"unknown device {requested!r}: use one of {', '.join(DEVICE_CHOICES)} (npu:N, cuda:N)")
+        raise DeviceSpecError(f"unknown device {requested!r}: use one of {', '.join(DEVICE_CHOICES)} (npu:N, cuda:N)")
     suffix = f":{index}" if index else ""
     probes = {"cuda": devices.is_cuda_available, "xpu": devices.is_xpu_available, "mps": devices.is_mps_available}
     if kind == "auto":

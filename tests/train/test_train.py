@@ -118,7 +118,9 @@ def test_cli_bad_input_is_a_clear_error(tmp_path):
     r = run_cli("--data", str(tmp_path / "missing"), "--model", f"{TINY}:make", "--out", str(tmp_path / "o"), "-q")
     assert r.returncode == 2 and "no such folder" in r.stderr
     r = run_cli("--device", "cuda", "--out", str(tmp_path / "o"), "-q")
-    assert r.returncode == 2 and "no cuda device" in r.stderr
+    assert r.returncode == 3 and "no cuda device" in r.stderr  # not usable here: as bench and compare say it
+    r = run_cli("--device", "tpu", "--out", str(tmp_path / "o"), "-q")
+    assert r.returncode == 2 and "unknown device 'tpu'" in r.stderr
     assert not (tmp_path / "o" / "last.pt").exists()
 
 

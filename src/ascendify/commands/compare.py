@@ -220,8 +220,10 @@ def run_model_compare(args):
     for dev, what in ((gdev, f"--golden {args.golden_spec}"), (tdev, f"--target {args.target_spec}")):
         try:
             resolved[dev] = placement.resolve_device(dev)[0] if dev.split(":")[0] != "cpu" else dev
-        except placement.DeviceError as e:
+        except placement.DeviceSpecError as e:
             raise SettingError(f"{what}: {e}") from None
+        except placement.DeviceError as e:  # a device this machine does not have: exit 3, as in train and bench
+            raise ValueError(f"{what}: {e}") from None
     torch.manual_seed(args.seed)
     target = loading.build(args.model)
     if args.golden_model:

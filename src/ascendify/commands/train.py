@@ -19,6 +19,9 @@ Writes OUT/history.json and .csv (train_loss, train_acc, val_loss, val_acc, lr,
 epoch_time, throughput), OUT/curves.png, OUT/tb/ (TensorBoard), OUT/best.pt,
 OUT/last.pt and OUT/train.json.
 
+Exit codes: 0 trained, 2 bad arguments, config, data or model, 3 the device is
+not usable here (--device cuda without a GPU).
+
 Several processes: --nproc N, or under torchrun yourself:
   torchrun --nproc-per-node N -m ascendify train ...
 
@@ -92,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
         history = train(cfg, show_progress=not args.quiet)
     except (ConfigError, DataError, CheckpointError, models.ModelError, placement.DeviceError) as e:
         print(f"ascendify train: {e}", file=sys.stderr)
-        return 2
+        return getattr(e, "exit_code", 2)
     if args.json:
         sys.stdout.write(report.dumps_json({"out": cfg.out, "history": history}))
     elif not args.quiet and history and os.environ.get("RANK", "0") == "0":
