@@ -66,6 +66,9 @@ def test_shorten_path_drops_leading_folders_only():
     assert report.tables.shorten_path("a/b/c/train_gpt.py", 16) == "…/c/train_gpt.py"
     assert report.tables.shorten_path("a/b/c/train_gpt.py", 5) == "train_gpt.py"
     assert report.tables.shorten_path("short.py", 40) == "short.py"
+    # where only "…/name" would fit, a path up to twice the width is kept whole (the column folds it)
+    assert report.tables.shorten_path("csrc_ext/csrc/fused_bias_gelu_kernel.cu", 28) == \
+        "csrc_ext/csrc/fused_bias_gelu_kernel.cu"
 
 
 def test_plural_and_values():
@@ -116,3 +119,15 @@ def test_html_is_self_contained(tmp_path):
     assert 'id="verdict"' in page and 'id="verdict-2"' in page
     assert "oninput=" in page  # long tables get a filter box
     assert not re.search(r'(src|href)="(https?:)?//', page)  # nothing fetched from outside
+
+
+def test_batch_size_axes_tick_at_the_batch_sizes(monkeypatch):
+    pytest.importorskip("matplotlib")
+    from ascendify.report import plots
+
+    figs = []
+    monkeypatch.setattr(plots, "to_png", lambda fig, dpi=110: figs.append(fig) or b"")
+    plots.line_plot({"a": ([1, 2], [3.0, 4.0])}, integer_x=True)
+    plots.line_plot({"a": ([1, 2], [3.0, 4.0])})
+    assert list(figs[0].axes[0].get_xticks()) == [1, 2]  # a bench sweep over batch 1, 2 showed 1.2, 1.4, ...
+    assert len(figs[1].axes[0].get_xticks()) > 2

@@ -126,13 +126,13 @@ def plots(records: list[dict]) -> dict[str, bytes]:
     out: dict[str, bytes] = {}
     out["throughput_vs_batch.png"] = P.line_plot(
         {k: ([r["batch_size"] for r in v], [r["throughput"] for r in v]) for k, v in series.items()},
-        title=f"Throughput on {dev}{suffix}", xlabel="batch size", ylabel="samples/s")
+        title=f"Throughput on {dev}{suffix}", xlabel="batch size", ylabel="samples/s", integer_x=True)
     lat = {}
     for k, v in series.items():
         lat[f"{k} p50"] = ([r["batch_size"] for r in v], [r["latency_ms"]["p50"] for r in v])
         lat[f"{k} p99"] = ([r["batch_size"] for r in v], [r["latency_ms"]["p99"] for r in v])
     out["latency_vs_batch.png"] = P.line_plot(lat, title=f"Step latency on {dev}{suffix}", xlabel="batch size",
-                                              ylabel="ms per step", logy=True)
+                                              ylabel="ms per step", logy=True, integer_x=True)
     precisions = {r["precision"] for r in ok}
     if "fp32" in precisions and len(precisions) > 1:
         by_key = {(r["model"], r["mode"], r["batch_size"], r["precision"]): r for r in ok}

@@ -379,7 +379,7 @@ def print_curves(res: CurvesResult, console=None, written: list[str] | None = No
     con.print(lines[0], style="bold red" if res.first else "bold green", highlight=False, markup=False)
     for line in lines[1:]:
         con.print(line, highlight=False, markup=False)
-    report.print_table(_CURVE_COLUMNS, _curve_rows(res), title="series", console=con)
+    report.print_table(_CURVE_COLUMNS, _curve_rows(res), title="training curves", console=con)
     for path in written or []:
         con.print(f"  wrote {path}", highlight=False, markup=False)
 

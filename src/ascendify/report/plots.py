@@ -43,9 +43,11 @@ def line_plot(
     hline: float | None = None,
     hline_label: str | None = None,
     markers: bool = True,
+    integer_x: bool = False,
     size: tuple[float, float] = (7.0, 3.6),
 ) -> bytes:
-    """Lines (one per label, ``(xs, ys)``); ``mark_x`` draws a vertical marker, ``hline`` a threshold line."""
+    """Lines (one per label, ``(xs, ys)``); ``mark_x`` draws a vertical marker, ``hline`` a threshold line;
+    ``integer_x`` for counts (batch sizes): ticks at the values themselves, never 1.5."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=size)
     for i, (label, (xs, ys)) in enumerate(series.items()):
@@ -57,6 +59,14 @@ def line_plot(
         ax.axhline(hline, color="#888", linestyle="--", linewidth=1, label=hline_label)
     if mark_x is not None:
         ax.axvline(mark_x, color="#d62728", linestyle=":", linewidth=1.5, label=mark_label)
+    if integer_x:
+        xs_all = sorted({x for xs, _ in series.values() for x in xs})
+        if 0 < len(xs_all) <= 12:
+            ax.set_xticks(xs_all)
+        else:
+            from matplotlib.ticker import MaxNLocator
+
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_title(title)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)

@@ -116,6 +116,8 @@ def shorten_path(path: str, width: int) -> str:
     for i in range(1, len(parts)):
         short = "…/" + "/".join(parts[i:])
         if len(short) <= width:
+            if i == len(parts) - 1 and len(path) <= 2 * width:
+                return path  # only the name would be left: the whole path folded onto two lines says more
             return short
     return parts[-1]  # only the file name left: kept whole (the column folds it)
 
