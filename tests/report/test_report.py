@@ -71,6 +71,12 @@ def test_shorten_path_drops_leading_folders_only():
         "csrc_ext/csrc/fused_bias_gelu_kernel.cu"
 
 
+def test_bytes_read_in_the_best_unit():
+    # the emulator's summary said "peak device memory 0.00 MiB" for a live 40-byte tensor
+    assert [report.format_bytes(n) for n in (0, 40, 1536, 147_639_910, 3 << 30, None)] == [
+        "0 B", "40 B", "1.50 KiB", "140.8 MiB", "3.00 GiB", ""]
+
+
 def test_plural_and_values():
     assert report.plural(1, "file") == "1 file"
     assert report.plural(2, "file") == "2 files"

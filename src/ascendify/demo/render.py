@@ -248,7 +248,7 @@ def _train(sec, res, result) -> None:
                 "ops a real NPU runs on its CPU fallback": emu.get("cpu_fallback_on_npu"),
                 "rejected": emu.get("rejected"), "APIs unsupported on every chip": emu.get("unsupported_apis"),
                 "float64 events": emu.get("float64_events"), "fp16 overflow events": emu.get("fp16_overflow_events"),
-                "peak device memory": f"{(emu.get('peak_memory_bytes') or 0) / 2**20:.2f} MiB"})
+                "peak device memory": report.format_bytes(emu.get("peak_memory_bytes") or 0)})
     g = runs.get("golden", {})
     if "redirected" in g:
         sec.kv({"CUDA APIs redirected to the CPU (ascendify run)": g.get("redirected"),

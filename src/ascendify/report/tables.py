@@ -108,6 +108,18 @@ def format_value(value: Any, kind: str = "text") -> str:
     return str(value)
 
 
+def format_bytes(n: int | float | None) -> str:
+    """A byte count in the unit that reads best: ``512 B``, ``1.5 KiB``, ``140.8 MiB``, ``2.00 GiB``."""
+    if n is None:
+        return ""
+    n = float(n)
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if abs(n) >= size:
+            v = n / size
+            return f"{v:.2f} {unit}" if v < 10 else f"{v:.1f} {unit}"
+    return f"{int(n)} B"
+
+
 def shorten_path(path: str, width: int) -> str:
     """Shorten ``path`` to ``width`` by dropping leading folders (``…/project/train.py``); the name stays whole."""
     if len(path) <= width:

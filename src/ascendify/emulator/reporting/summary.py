@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ascendify.emulator import runtime
+from ascendify.report.tables import format_bytes
 
 
 def build() -> dict:
@@ -45,7 +46,7 @@ def render(rep: dict, console=None, top: int = 10) -> None:
     t.add_row("APIs unsupported on every chip", str(sum(rep["unsupported_apis"].values())))
     t.add_row("float64 events", str(sum(rep["float64_events"].values())))
     t.add_row("fp16 overflow events", str(sum(rep["fp16_overflow_events"].values())))
-    t.add_row("peak device memory", f"{rep['peak_memory_bytes'] / (1 << 20):.2f} MiB")
+    t.add_row("peak device memory", format_bytes(rep["peak_memory_bytes"]))
     console.print(t)
     for key, title in (("cpu_fallback_on_npu", "ops with no NPU kernel (CPU fallback on hardware)"),
                        ("unsupported_apis", "APIs unsupported on every Ascend chip"),
