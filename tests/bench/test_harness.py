@@ -162,3 +162,15 @@ def test_mfu_is_flops_rate_over_the_published_peak(tiny_model_file):
     assert peak and rec.peak_tflops == pytest.approx(peak / 1e12)
     assert rec.mfu == pytest.approx(rec.flops_per_step * rec.throughput / 4 / peak)
     assert 0 < rec.mfu < 1e-3  # a tiny layer on a CPU is nowhere near an A100's peak
+
+
+def test_a_known_failure_says_what_to_do():
+    import torch
+
+    from ascendify.bench import harness
+
+    with pytest.raises(ValueError) as e:  # what a batch of 1 does to a ResNet's last BatchNorm in training
+        torch.nn.BatchNorm1d(4).train()(torch.randn(1, 4))
+    hint = harness._hint(e.value, BenchConfig(model="resnet18", mode="train", batch_size=1))
+    assert "use a batch size of 2 or more, or --mode infer" in hint
+    assert harness._hint(RuntimeError("something else"), BenchConfig(model="resnet18")) == ""

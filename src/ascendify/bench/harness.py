@@ -218,7 +218,7 @@ def run_one(cfg: BenchConfig, dev: BenchDevice, *, on_step: Callable[[str, int, 
             raise  # a bad configuration, not a failed measurement
         else:
             rec.status = "error"
-            rec.error = f"{type(e).__name__}: {_first_line(e)}"
+            rec.error = f"{type(e).__name__}: {_first_line(e)}" + _hint(e, cfg)
             rec.notes.append(traceback.format_exc(limit=3).strip().splitlines()[-1])
         e.__traceback__ = None  # the frames hold the run's tensors
     finally:
@@ -230,6 +230,14 @@ def run_one(cfg: BenchConfig, dev: BenchDevice, *, on_step: Callable[[str, int, 
                 pass
         dev.free_memory()
     return rec
+
+
+def _hint(exc: BaseException, cfg) -> str:
+    """What to do about a known failure, appended to the record's error ('' when none is known)."""
+    if "Expected more than 1 value per channel when training" in str(exc):
+        return (f" (BatchNorm cannot train on a batch of {cfg.batch_size} when a layer's output is 1x1: use a "
+                "batch size of 2 or more, or --mode infer)")
+    return ""
 
 
 def _first_line(e: BaseException) -> str:
