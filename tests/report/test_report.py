@@ -137,3 +137,15 @@ def test_batch_size_axes_tick_at_the_batch_sizes(monkeypatch):
     plots.line_plot({"a": ([1, 2], [3.0, 4.0])})
     assert list(figs[0].axes[0].get_xticks()) == [1, 2]  # a bench sweep over batch 1, 2 showed 1.2, 1.4, ...
     assert len(figs[1].axes[0].get_xticks()) > 2
+
+
+def test_long_lines_wrap_with_an_indent_not_at_column_0():
+    import io
+
+    con = report.console(file=io.StringIO(), width=40)
+    report.print_wrapped(con, "MATCH: 23 matched calls, none with local error over its limit (cosine 0.999996)")
+    report.print_wrapped(con, "  why: [not markup] " + "x" * 50)
+    lines = con.file.getvalue().splitlines()
+    assert lines[0].startswith("MATCH:") and lines[1].startswith("  ") and "0.999996)" in lines[1]
+    assert max(len(line.rstrip()) for line in lines[:2]) <= 40
+    assert lines[2] == "  why: [not markup]" and lines[3].startswith("    xxx")  # the long word on a line of its own

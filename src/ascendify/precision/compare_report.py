@@ -195,9 +195,9 @@ def print_summary(result: ComparisonResult, console=None, written: list[str] | N
     status, _ = headline(result)
     style = "bold red" if status == "diverged" else "bold green"
     lines = summary_lines(result)
-    con.print(lines[0], style=style, highlight=False)
+    report.print_wrapped(con, lines[0], style=style)
     for line in lines[1:]:
-        con.print(line, highlight=False, markup=False)
+        report.print_wrapped(con, line)
     rows = _node_rows(result, only_flagged=True)
     if rows:
         # every column: the reporting layer folds the texts and splits a table that cannot fit, never drops one
@@ -376,9 +376,9 @@ def _curve_rows(res: CurvesResult) -> list[dict[str, Any]]:
 def print_curves(res: CurvesResult, console=None, written: list[str] | None = None) -> None:
     con = console or report.console()
     lines = curves_summary_lines(res)
-    con.print(lines[0], style="bold red" if res.first else "bold green", highlight=False, markup=False)
+    report.print_wrapped(con, lines[0], style="bold red" if res.first else "bold green")
     for line in lines[1:]:
-        con.print(line, highlight=False, markup=False)
+        report.print_wrapped(con, line)
     report.print_table(_CURVE_COLUMNS, _curve_rows(res), title="training curves", console=con)
     for path in written or []:
         con.print(f"  wrote {path}", highlight=False, markup=False)

@@ -108,6 +108,18 @@ def format_value(value: Any, kind: str = "text") -> str:
     return str(value)
 
 
+def print_wrapped(con, text: str, *, style: str | None = None) -> None:
+    """Print ``text`` on ``con`` wrapped to its width, continuation lines indented two more spaces than the first
+    line (a long verdict line does not restart at column 0). Plain text: no rich markup."""
+    import textwrap
+
+    lead = text[: len(text) - len(text.lstrip(" "))]
+    lines = textwrap.wrap(text.strip(), con.width, initial_indent=lead, subsequent_indent=lead + "  ",
+                          break_long_words=False, break_on_hyphens=False) or [""]
+    for line in lines:
+        con.print(line, style=style, highlight=False, markup=False)
+
+
 def format_bytes(n: int | float | None) -> str:
     """A byte count in the unit that reads best: ``512 B``, ``1.5 KiB``, ``140.8 MiB``, ``2.00 GiB``."""
     if n is None:

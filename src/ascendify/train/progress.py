@@ -60,11 +60,12 @@ class Progress:
 
     def end_epoch(self, row: dict) -> None:
         if self.enabled:
-            self.console.print(
+            report.print_wrapped(
+                self.console,
                 f"epoch {row['epoch']}/{self.cfg.epochs}: train loss {row['train_loss']:.4f} "
                 f"acc {100 * row['train_acc']:.2f}% | val loss {row['val_loss']:.4f} acc {100 * row['val_acc']:.2f}% "
                 f"| lr {row['lr']:.4g} | {row['epoch_time']:.1f}s, {row['throughput']:,.0f} samples/s")
 
     def note(self, text: str) -> None:
         if self.enabled:
-            self.console.print(text)
+            report.print_wrapped(self.console, text)
