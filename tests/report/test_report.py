@@ -66,9 +66,11 @@ def test_shorten_path_drops_leading_folders_only():
     assert report.tables.shorten_path("a/b/c/train_gpt.py", 16) == "…/c/train_gpt.py"
     assert report.tables.shorten_path("a/b/c/train_gpt.py", 5) == "train_gpt.py"
     assert report.tables.shorten_path("short.py", 40) == "short.py"
-    # where only "…/name" would fit, a path up to twice the width is kept whole (the column folds it)
+    # where only "…/name" would fit, the folders go on a line of their own (the whole directory was lost)
     assert report.tables.shorten_path("csrc_ext/csrc/fused_bias_gelu_kernel.cu", 28) == \
-        "csrc_ext/csrc/fused_bias_gelu_kernel.cu"
+        "csrc_ext/csrc/\nfused_bias_gelu_kernel.cu"
+    assert report.tables.shorten_path("a_very_long_folder_name/and_more/fused.cu", 12) == "…/and_more/\nfused.cu"
+    assert report.tables.shorten_path("a_very_long_folder_name/fused.cu", 10) == "…der_name/\nfused.cu"
 
 
 def test_bytes_read_in_the_best_unit():

@@ -133,15 +133,22 @@ def format_bytes(n: int | float | None) -> str:
 
 
 def shorten_path(path: str, width: int) -> str:
-    """Shorten ``path`` to ``width`` by dropping leading folders (``…/project/train.py``); the name stays whole."""
+    """Shorten ``path`` to ``width`` by dropping leading folders (``…/project/train.py``); the name stays whole.
+    Where no folder would be left, the folders (shortened from the left) go on a first line and the name on a
+    second, so the reader still sees where the file is."""
     if len(path) <= width:
         return path
     parts = path.split("/")
     for i in range(1, len(parts)):
         short = "…/" + "/".join(parts[i:])
         if len(short) <= width:
-            if i == len(parts) - 1 and len(path) <= 2 * width:
-                return path  # only the name would be left: the whole path folded onto two lines says more
+            if i == len(parts) - 1:  # no folder would be left: the folders go on a line of their own instead
+                dirs = parts[:-1]
+                folder = next((("…/" if j else "") + "/".join(dirs[j:]) + "/" for j in range(len(dirs))
+                               if len(("…/" if j else "") + "/".join(dirs[j:]) + "/") <= width), None)
+                if folder is None:  # even the last folder is too long: its end
+                    folder = "…" + (dirs[-1] + "/")[-(width - 1):]
+                return folder + "\n" + parts[-1]
             return short
     return parts[-1]  # only the file name left: kept whole (the column folds it)
 
@@ -246,7 +253,7 @@ def _split(columns: list[Column], rows: list[dict[str, Any]], width: int) -> tup
 
 def _path_min_width(col: Column, rows: list[dict[str, Any]], budget: int) -> int:
     """Wide enough for every shortened path, so rich squeezes other columns before folding a file name."""
-    cells = [len(shorten_path(format_value(r.get(col.name)), budget)) for r in rows]
+    cells = [max(map(len, shorten_path(format_value(r.get(col.name)), budget).split("\n"))) for r in rows]
     return min(budget, max(cells + [len(col.title), 4]))
 
 
