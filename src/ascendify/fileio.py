@@ -62,14 +62,7 @@ def output_problem(path: str | os.PathLike[str]) -> str | None:
     path = Path(path)
     if path.is_dir():
         return f"{path} is a folder; give a file name"
-    parent = path.parent
-    while not parent.exists() and parent != parent.parent:
-        parent = parent.parent  # write_atomic makes the missing folders
-    if not parent.is_dir():
-        return f"{parent} is a file, not a folder"
-    if not os.access(parent, os.W_OK | os.X_OK):
-        return f"no permission to write in {parent}"
-    return None
+    return folder_problem(path.parent)  # write_atomic makes the missing folders
 
 
 def folder_problem(path: str | os.PathLike[str]) -> str | None:
@@ -78,10 +71,7 @@ def folder_problem(path: str | os.PathLike[str]) -> str | None:
     >>> folder_problem("/dev/null")
     '/dev/null is a file, not a folder'
     """
-    path = Path(path)
-    if path.exists() and not path.is_dir():
-        return f"{path} is a file, not a folder"
-    probe = path
+    probe = Path(path)
     while not probe.exists() and probe != probe.parent:
         probe = probe.parent  # the missing folders are made
     if not probe.is_dir():
