@@ -145,6 +145,15 @@ def run(args: argparse.Namespace) -> int:
             return _usage(f"the output folder {args.output} is not empty and was not written by ascendify "
                           f"migrate (it holds {foreign}; no {OUTPUT_MARKER} marker): choose a new folder, or "
                           "pass --force")
+    planned, kept = tasks, {}
+    if mode == "write" and not args.force:  # hand edits in an earlier output are kept, never overwritten
+        from ascendify.migrate.handedits import plan_keeps
+
+        tasks, kept = plan_keeps(args.output, tasks)
+    elif mode == "write":
+        from ascendify.migrate.handedits import drop_stale_beside
+
+        drop_stale_beside(tasks)
     # the summary goes to stdout, unless stdout carries the diff or the JSON
     console = shared.console(stderr=args.diff or args.format == "json")
     t0 = time.perf_counter()
@@ -161,7 +170,11 @@ def run(args: argparse.Namespace) -> int:
     try:
         pairs = run_tasks(tasks, jobs, progress)
         if mode == "write":
-            write_marker(args.output, target=args.target, inputs=[str(p) for p in args.paths])
+            from ascendify.migrate.handedits import hashes, mark_kept
+
+            mark_kept([r for r, _ in pairs], kept)
+            write_marker(args.output, target=args.target, inputs=[str(p) for p in args.paths],
+                         files=hashes(args.output, planned, kept))
     except OSError as e:
         print(f"ascendify migrate: error: cannot write {e.filename or ''}: {e.strerror or e}", file=sys.stderr)
         return EXIT_IO
@@ -200,6 +213,8 @@ def run(args: argparse.Namespace) -> int:
                 if r.status == "skipped":
                     copied = " (copied unchanged)" if mode == "write" else ""
                     console.print(f"[yellow]skipped[/] {r.path}: {r.reason}{copied}", highlight=False)
+                elif r.status == "kept":
+                    console.print(f"[cyan]kept[/] {r.path}: {r.reason}", highlight=False)
             for line in next_steps(report, results, mode=mode, output=args.output, inputs=list(args.paths),
                                    report_dir=report_dir):
                 console.print(line, highlight=False, soft_wrap=True)  # commands and paths stay copy-pasteable

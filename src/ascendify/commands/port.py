@@ -63,7 +63,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--skip", action="append", default=[], metavar="STEP",
                    help=f"skip a step (repeatable or comma-separated): {', '.join(STEPS)}")
     p.add_argument("--force", action="store_true",
-                   help="write into a non-empty OUT or report folder that ascendify did not write")
+                   help="write into a non-empty OUT or report folder that ascendify did not write, and "
+                   "overwrite files in OUT edited by hand since the last port (kept otherwise)")
     p.add_argument("--jobs", "-j", type=int, default=None, metavar="N",
                    help="child processes at a time (default: the CPU count, at most 2)")
     p.add_argument("--json", action="store_true", help="print report.json on stdout instead of the summary")

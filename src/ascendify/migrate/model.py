@@ -51,7 +51,7 @@ _FINDING_FIELDS = tuple(f.name for f in fields(Finding) if f.name != "edits")
 @dataclass
 class FileResult:
     path: str  # relative to its input root, with "/" separators
-    status: str  # "changed" | "unchanged" | "skipped" | "copied" (not Python) | "error"
+    status: str  # "changed" | "unchanged" | "skipped" | "copied" (not Python) | "kept" (hand-edited output) | "error"
     lines: int = 0
     reason: str = ""  # why skipped
     findings: list[Finding] = field(default_factory=list)

@@ -25,6 +25,7 @@ def totals(results: list[FileResult]) -> dict[str, Any]:
         "parsed": sum(1 for r in results if r.parsed),
         "changed": sum(1 for r in results if r.status == "changed"),
         "skipped": sum(1 for r in results if r.status == "skipped"),
+        "kept": sum(1 for r in results if r.status == "kept"),
         "lines": sum(r.lines for r in results if r.path.endswith((".py", ".pyi"))),
         "native_ops": sum(len(r.native_ops) for r in results),
     }
@@ -249,6 +250,7 @@ def print_summary(report: dict[str, Any], results: list[FileResult], console, *,
         console.print(LEGEND, style="dim")
     out = [f"{plural(t['files'], 'file')}, {plural(t['lines'], 'Python line')}, {report['seconds']:.2f} s: "
            f"{t['changed']} changed" + (f", {t['skipped']} skipped" if t["skipped"] else "")
+           + (f", {t['kept']} kept (edited by hand)" if t.get("kept") else "")
            + (f", {quiet} with nothing to report" if quiet and rows else "") + "."]
     if t["cuda_sites"]:
         manual = t["cuda_sites"] - t["converted"]

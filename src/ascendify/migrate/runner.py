@@ -123,11 +123,12 @@ def foreign_output(out: Path) -> str:
     return f"{len(entries)} {'entry' if len(entries) == 1 else 'entries'}: {shown}"
 
 
-def write_marker(out: Path, *, target: str, inputs: list[str]) -> None:
+def write_marker(out: Path, *, target: str, inputs: list[str], files: dict | None = None) -> None:
+    """``files``: what was written, ``{path in out: {"out": sha256, "src": sha256}}`` (see ``handedits``)."""
     from ascendify import __version__
 
     fileio.write_json(out / OUTPUT_MARKER, {"tool": f"ascendify {__version__}", "what": "ascendify migrate output",
-                                            "target": target, "inputs": inputs})
+                                            "target": target, "inputs": inputs, "files": files or {}})
 
 
 def _copy(task: Task) -> None:

@@ -375,6 +375,8 @@ def read_migrate(ctx: Context, jobs: list[Job]) -> StepResult:
     res.headline = (f"{t.get('converted', 0)} of {t.get('cuda_sites', 0)} CUDA sites converted in "
                     f"{t.get('changed', 0)} files; {t.get('unsupported', 0)} unsupported, "
                     f"{t.get('native_ops', 0)} custom ops to port")
+    if t.get("kept"):  # an earlier port's output, fixed by hand since: the runs use the person's fixes
+        res.headline += f"; {t['kept']} hand-edited files kept (--force overwrites them)"
     _collect(res, jobs)
     return res
 
