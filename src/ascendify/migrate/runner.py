@@ -40,6 +40,8 @@ def prefilter(with_torch: bool) -> re.Pattern[bytes]:
     methods = sorted({api.rsplit(".", 1)[1] for op in knowledge.ops_without_npu_kernel().values()
                       for api in (op.get("python_api") or []) if api.startswith("torch.Tensor.")})
     alt = _CUDA_TOKENS + (rb"|torch" if with_torch else b"")
+    # compiled CUDA extensions imported by name (ASC620): a file may name nothing else CUDA
+    alt += b"|" + "|".join(map(re.escape, knowledge.load("cuda_extension_modules")["modules"])).encode()
     if methods:
         alt += rb"|\.(?:" + "|".join(map(re.escape, methods)).encode() + rb")\("
     return re.compile(alt, re.I)
