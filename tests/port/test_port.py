@@ -216,3 +216,18 @@ def test_ctrl_c_stops_the_children_and_writes_the_partial_report(tmp_path):
     assert json.loads((log / "observe.json").read_text())["iterations"]
     ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
     assert str(src) not in ps and "--epochs 100000" not in ps  # no child left running
+
+
+def test_a_failure_is_named_by_its_exception_not_by_the_programs_last_line():
+    # a Dynamo/inductor error ends with advice on environment variables: the headline names the exception
+    out = ("step 0\nTraceback (most recent call last):\n  File \"/p/train.py\", line 9, in <module>\n    m(x)\n"
+           "  File \"/v/site-packages/torch/_dynamo/eval_frame.py\", line 5, in __call__\n    f()\n"
+           "  File \"/p/model.py\", line 28, in forward\n    y = ln(x)\n"
+           "torch._inductor.exc.InductorError: LoweringException: AssertionError: \n"
+           "  target: aten.var_mean.correction\n\n"
+           "Set TORCHDYNAMO_VERBOSE=1 for the internal stack trace\n")
+    assert steps._first_user_frame(out) == ("model.py:28 in forward: InductorError: LoweringException: "
+                                            "AssertionError: target: aten.var_mean.correction")
+    plain = "Traceback (most recent call last):\n  File \"/p/a.py\", line 3, in <module>\nValueError: bad value\n"
+    assert steps._first_user_frame(plain) == "a.py:3 in <module>: ValueError: bad value"
+    assert steps._first_user_frame("killed\n") == "killed"

@@ -667,12 +667,40 @@ def known_errors(output: str) -> list[dict[str, str]]:
 _FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+), in (.+)$')
 
 
+_EXC = re.compile(r"^(?:[A-Za-z_]\w*\.)*([A-Z]\w*)(?::\s?(.*))?$")
+
+
+def _exception_line(output: str) -> str:
+    """The exception of the last traceback, short: its class without the module path and its message, the
+    message's next line added when the first says nothing (``InductorError: LoweringException: AssertionError:``
+    then ``target: aten.var_mean.correction``). Not the program's last line, which for Dynamo errors is advice
+    on environment variables."""
+    lines = output.splitlines()
+    starts = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call last)")]
+    if not starts:
+        return ""
+    for j in range(starts[-1] + 1, len(lines)):
+        line = lines[j]
+        if not line or line[0].isspace() or line.startswith("["):
+            continue
+        m = _EXC.match(line.rstrip())
+        if not m:
+            continue
+        text = (m.group(2) or "").strip()
+        msg = f"{m.group(1)}: {text}" if text else m.group(1)
+        if m.group(2) is not None and (not text or text.endswith(":")):  # "X:" with its message on the next line
+            nxt = next((x.strip() for x in lines[j + 1 : j + 4] if x.strip()), "")
+            msg = f"{msg.rstrip(':')}: {nxt}" if nxt else msg.rstrip(":")
+        return msg if len(msg) <= 160 else msg[:157] + "..."
+    return ""
+
+
 def _first_user_frame(output: str) -> str | None:
     """The last traceback frame outside torch, site-packages and ascendify (where the user's code failed),
     with the exception line."""
     frames = [m for m in (_FRAME.match(line) for line in output.splitlines()) if m]
     user = [m for m in frames if not any(s in m.group(1) for s in ("site-packages", "/torch/", "ascendify", "<frozen"))]
-    last = output.strip().splitlines()[-1] if output.strip() else ""
+    last = _exception_line(output) or (output.strip().splitlines()[-1] if output.strip() else "")
     if not user:
         return last or None
     m = user[-1]
