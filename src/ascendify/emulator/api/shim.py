@@ -8,9 +8,10 @@ shim provides what torch_npu code needs to import and run on the emulated device
 - ``torch_npu.contrib.transfer_to_npu``: CUDA code to ``npu`` at runtime through ``ascendify.auto``, found as a
   provider (:data:`PROVIDERS_GROUP`), not imported;
 - ``torch_npu.optim.NpuFused*``: the matching ``torch.optim`` optimizers (same update rule);
-- ``torch_npu.utils`` and ``torch_npu.distributed`` names that make sense on the CPU.
+- ``torch_npu.utils`` and ``torch_npu.distributed`` names that make sense on the CPU;
+- the fused operators that :mod:`ascendify.emulator.fused` emulates (``npu_fusion_attention``, ``npu_rms_norm``...).
 
-Any other torch_npu name (custom ``npu_*`` ops, the profiler, CANN queries) raises
+Any other torch_npu name (other custom ``npu_*`` ops, the profiler, CANN queries) raises
 :class:`~ascendify.emulator.errors.NotEmulatedError` (an ``ImportError`` for a submodule) that names it.
 """
 
@@ -24,6 +25,7 @@ import types
 import torch
 
 from ascendify.core import knowledge
+from ascendify.emulator import fused
 from ascendify.emulator.errors import NotEmulatedError
 
 _PROVIDED = ("torch_npu", "torch_npu.npu", "torch_npu.contrib", "torch_npu.contrib.transfer_to_npu",
@@ -57,6 +59,8 @@ def _not_emulated_op(dotted: str):
 
 def _missing(module: str, name: str):
     dotted = f"{module}.{name}"
+    if module == "torch_npu" and (op := fused.lookup(name)) is not None:
+        return op
     if module == "torch_npu" and name in _npu_ops():
         return _not_emulated_op(dotted)
     if _known(dotted):
