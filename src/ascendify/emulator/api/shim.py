@@ -89,17 +89,11 @@ def _module(name: str, doc: str, attrs: dict | None = None, package: bool = Fals
 
 # ------------------------------------------------------------------------------------------ contents
 def _optim() -> dict:
-    """torch_npu's fused optimizers compute the update of the torch optimizer of the same name."""
-    pairs = {"NpuFusedAdam": torch.optim.Adam, "NpuFusedAdamW": torch.optim.AdamW,
-             "NpuFusedSGD": torch.optim.SGD, "NpuFusedAdadelta": torch.optim.Adadelta,
-             "NpuFusedRMSprop": torch.optim.RMSprop}
-    out = {}
-    for name, base in pairs.items():
-        out[name] = type(name, (base,), {
-            "__doc__": f"torch_npu.optim.{name} on the emulator: torch.optim.{base.__name__} (same update rule).",
-            "__module__": "torch_npu.optim",
-        })
-    return out
+    """torch_npu's fused optimizers: the torch optimizer of the same name with torch_npu's signature
+    (:mod:`ascendify.emulator.fused.optim`)."""
+    from ascendify.emulator.fused.optim import OPTIMIZERS
+
+    return dict(OPTIMIZERS)
 
 
 def _get_cann_version(module="CANN"):

@@ -14,6 +14,25 @@ import importlib
 OPS = {
     "npu_fusion_attention": "attention:npu_fusion_attention",
     "npu_fusion_attention_grad": "attention:npu_fusion_attention_grad",
+    "npu_prompt_flash_attention": "infer:npu_prompt_flash_attention",
+    "npu_incre_flash_attention": "infer:npu_incre_flash_attention",
+    "npu_fused_infer_attention_score": "infer:npu_fused_infer_attention_score",
+    "npu_rms_norm": "norms:npu_rms_norm",
+    "npu_add_rms_norm": "norms:npu_add_rms_norm",
+    "npu_rotary_mul": "rope:npu_rotary_mul",
+    "npu_swiglu": "activations:npu_swiglu",
+    "npu_geglu": "activations:npu_geglu",
+    "fast_gelu": "activations:fast_gelu",
+    "npu_fast_gelu": "activations:npu_fast_gelu",
+    "npu_scaled_masked_softmax": "softmax:npu_scaled_masked_softmax",
+    "npu_dropout_with_add_softmax": "softmax:npu_dropout_with_add_softmax",
+    "npu_moe_gating_top_k_softmax": "moe:npu_moe_gating_top_k_softmax",
+    "npu_grouped_matmul": "moe:npu_grouped_matmul",
+    "npu_format_cast": "format:npu_format_cast",
+    "npu_format_cast_": "format:npu_format_cast_",
+    "npu_confusion_transpose": "format:npu_confusion_transpose",
+    "npu_apply_adam_w": "optim:npu_apply_adam_w",
+    "npu_apply_adam": "optim:npu_apply_adam",
 }
 
 
