@@ -93,3 +93,24 @@ def test_optimizer_signatures_match_torch_npu_docs():
         got = [(p.name, _MISSING if p.default is inspect.Parameter.empty else p.default)
                for p in inspect.signature(getattr(optim, name)).parameters.values()]
         assert got == want, name
+
+
+def test_torch_ops_npu_spelling_runs_the_same_kernels_with_autograd():
+    import torch
+
+    assert "npu_fusion_attention" in fused.register_torch_ops()  # idempotent: enable() registered them
+    g = torch.Generator().manual_seed(0)
+    x, w = torch.randn(3, 8, generator=g).npu().requires_grad_(), torch.randn(8, generator=g).npu()
+    y, _ = torch.ops.npu.npu_rms_norm(x, w, 1e-5)
+    torch.testing.assert_close(y, torch_npu.npu_rms_norm(x, w, 1e-5)[0])
+    y.sum().backward()
+    assert x.grad is not None and x.grad.device.type == "npu"
+    q = torch.randn(1, 6, 2, 8, generator=g).npu().requires_grad_()
+    out = torch.ops.npu.npu_fusion_attention(q, q, q, 2, "BSND", scale=0.3)
+    assert len(out) == 7 and out[6] == 1 * 2 * 6 * 6
+    torch.testing.assert_close(out[0], torch_npu.npu_fusion_attention(q, q, q, 2, "BSND", scale=0.3)[0])
+    (grad,) = torch.autograd.grad(out[0].sum(), q)
+    assert grad.shape == q.shape
+    (gm,) = torch.ops.npu.npu_grouped_matmul([x.detach()], [torch.ones(2, 8, 4).npu()], group_list=[1, 3],
+                                             split_item=2, group_type=0)
+    assert gm.shape == (3, 4)
