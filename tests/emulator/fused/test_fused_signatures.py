@@ -114,3 +114,18 @@ def test_torch_ops_npu_spelling_runs_the_same_kernels_with_autograd():
     (gm,) = torch.ops.npu.npu_grouped_matmul([x.detach()], [torch.ones(2, 8, 4).npu()], group_list=[1, 3],
                                              split_item=2, group_type=0)
     assert gm.shape == (3, 4)
+
+
+def test_ops_refuse_chips_their_documentation_does_not_list(fresh_report):
+    import torch
+
+    from ascendify.emulator.errors import NpuOpError
+
+    q = torch.randn(1, 4, 2, 8).npu()
+    fresh_report.settings.device_name = "Ascend910A"  # Atlas training series
+    with pytest.raises(NpuOpError, match="npu_fusion_attention: not supported on Ascend910A"):
+        torch_npu.npu_fusion_attention(q, q, q, 2, "BSND")
+    torch_npu.npu_rotary_mul(q, q, q)  # documented for every family
+    torch_npu.npu_fusion_attention(q.cpu(), q.cpu(), q.cpu(), 2, "BSND")  # CPU tensors: no chip
+    fresh_report.settings.device_name = "Ascend910_9392"  # A3
+    torch_npu.npu_fusion_attention(q, q, q, 2, "BSND")

@@ -45,10 +45,36 @@ def lookup(name: str):
     target = OPS.get(name)
     if target is None:
         return None
-    module, _, attr = target.partition(":")
-    fn = getattr(importlib.import_module(f"{__name__}.{module}"), attr)
-    fn.__module__ = "torch_npu"
+    fn = _served.get(name)
+    if fn is None:
+        module, _, attr = target.partition(":")
+        fn = _served[name] = _on_products(name, getattr(importlib.import_module(f"{__name__}.{module}"), attr))
     return fn
+
+
+_served: dict = {}
+
+
+def _on_products(name: str, fn):
+    """``fn`` refusing to run on a chip whose product family torch_npu does not document it for (data:
+    ``npu_fused_ops.json`` ``products``)."""
+    import functools
+
+    from ascendify.core import knowledge
+    from ascendify.emulator.fused._check import product
+
+    products = knowledge.load("npu_fused_ops")["ops"][name].get("products")
+    if products is None:
+        fn.__module__ = "torch_npu"
+        return fn
+
+    @functools.wraps(fn)
+    def op(*args, **kwargs):
+        product(name, products, args[0] if args else next(iter(kwargs.values()), None))
+        return fn(*args, **kwargs)
+
+    op.__module__ = "torch_npu"
+    return op
 
 
 _library: list = []
