@@ -10,8 +10,8 @@ The math is FlashAttentionScore's (CANN, ``pse_type`` 1 as torch_npu passes it):
   softmax, so a row with every position masked averages all values uniformly (no NaN), as on the NPU.
 - ``sparse_mode`` 0 (``atten_mask`` and the ``pre_tockens``/``next_tockens`` band, aligned top-left), 1 (all of
   ``atten_mask``), 2 (causal, top-left), 3 (causal, bottom-right), 4 (band, bottom-right), 5/6 (prefix: causal
-  bottom-right plus the first ``prefix[b]`` keys), 7/8 (varlen outer split: causal bottom-right / top-left per
-  sequence). Modes 2, 3, 4 and 6 take the optimised 2048x2048 ``triu(ones, 1)`` mask and derive the pattern from
+  bottom-right plus the first ``prefix[b]`` keys), 7/8 (varlen outer split of a mode 3 / mode 2 problem: every
+  sequence causal bottom-right / top-left, except the last / first non-empty one, which is the band of mode 4). Modes 2, 3, 4 and 6 take the optimised 2048x2048 ``triu(ones, 1)`` mask and derive the pattern from
   it; without ``atten_mask`` every mode computes full attention.
 - Layouts ``BSH``, ``SBH``, ``BSND``, ``BNSD`` and ``TND`` (varlen: ``actual_seq_qlen``/``actual_seq_kvlen``
   are cumulative ends; trailing zeros drop batches); GQA when the query has a multiple of key/value's heads.
@@ -410,9 +410,9 @@ def _mask_for(op, atten_mask, sparse_mode, pre, nxt, prefix, sq, skv, b) -> Mask
                     None if pre >= MAX_TOKENS else -pre, None if nxt >= MAX_TOKENS else nxt)
     if sparse_mode == 1:
         return Mask(_explicit(op, atten_mask, sq, skv, b))
-    if sparse_mode in (2, 8):
+    if sparse_mode in (2, 8):  # 8 (varlen outer split): its first sequence is a band, chosen by the caller
         return Mask(hi=0)
-    if sparse_mode in (3, 7):
+    if sparse_mode in (3, 7):  # 7: its last sequence is a band
         return Mask(hi=shift)
     if sparse_mode == 4:
         return Mask(lo=None if pre >= MAX_TOKENS else shift - pre, hi=None if nxt >= MAX_TOKENS else shift + nxt)
@@ -514,6 +514,7 @@ def _varlen(query, key, value, pse, atten_mask, scale, keep_prob, pre, nxt, pref
                                   "be empty.")
     outs, maxes, sums = [], [], []
     numels = 0
+    band_at = [i for i, (a, b) in enumerate(zip([0, *qe[:-1]], qe, strict=True)) if b > a] or [0]
     q0 = k0 = 0
     for i, (q1, k1) in enumerate(zip(qe, ke, strict=True)):
         sq, skv = q1 - q0, k1 - k0
@@ -524,7 +525,10 @@ def _varlen(query, key, value, pse, atten_mask, scale, keep_prob, pre, nxt, pref
             m_ = atten_mask
             if m_ is not None and sparse_mode in (0, 1):
                 m_ = m_[..., :sq, :skv]
-            mask = _mask_for(op, m_, sparse_mode, pre, nxt, prefix and [prefix[i]], sq, skv, 1)
+            mode = sparse_mode
+            if (sparse_mode == 7 and i == band_at[-1]) or (sparse_mode == 8 and i == band_at[0]):
+                mode = 4  # the sequence cut by the outer split: a band from the bottom-right corner
+            mask = _mask_for(op, m_, mode, pre, nxt, prefix and [prefix[i]], sq, skv, 1)
             if skv == 0:
                 o = query.new_zeros(1, sh.n, sq, sh.dv)
                 m = l_ = torch.zeros(1, sh.n, sq, device=query.device)
