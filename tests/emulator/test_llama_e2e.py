@@ -123,3 +123,38 @@ def test_compare_models_finds_the_emulated_npu_run_equal_to_the_cpu(llama):
     assert result.verdict == "match", result.to_dict().get("first_divergence")
     layers = [n for n in result.nodes if n.class_name == "LlamaDecoderLayer"]
     assert len(layers) == 2 and all(n.golden_name and n.local["rel_l2"] == 0.0 for n in layers)
+
+
+def test_accelerate_picks_the_emulated_npu_and_trains_as_the_cpu(llama):
+    """accelerate's device plumbing (``Accelerator()``: ``is_npu_available``, ``prepare``, ``backward``) where
+    accelerate is installed (it is not a dependency of ascendify)."""
+    pytest.importorskip("accelerate")
+    from accelerate import Accelerator
+    from accelerate.state import AcceleratorState
+
+    base, ids, _ = llama
+
+    def run(cpu: bool):
+        AcceleratorState._reset_state(True)
+        acc = Accelerator(cpu=cpu)
+        model = copy.deepcopy(base)
+        model.config._attn_implementation = "sdpa"
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(ids), batch_size=1)
+        model, opt, loader = acc.prepare(model, opt, loader)
+        losses = []
+        for (x,) in loader:
+            loss = model(input_ids=x, labels=x).loss
+            acc.backward(loss)
+            opt.step()
+            opt.zero_grad()
+            losses.append(loss.item())
+        return str(acc.device), x.device.type, losses
+
+    try:
+        npu_device, npu_batch, npu_losses = run(cpu=False)
+        cpu_device, _, cpu_losses = run(cpu=True)
+    finally:
+        AcceleratorState._reset_state(True)
+    assert (npu_device, npu_batch, cpu_device) == ("npu", "npu", "cpu")
+    assert npu_losses == cpu_losses

@@ -70,3 +70,13 @@ def test_re_map_cpu_keeps_legacy_tensors_on_the_cpu(monkeypatch):
     monkeypatch.setattr(serialization, "RE_MAP_CPU", True)
     t = torch.load(io.BytesIO(_saved(_LegacyNpuTensor(torch.arange(4.0), 29))), weights_only=False)
     assert t.device.type == "cpu" and t.tolist() == [0.0, 1.0, 2.0, 3.0]
+
+
+def test_import_torch_npu_brings_the_modules_tools_read():
+    """A bare ``import torch_npu`` carries ``torch_npu.utils.storage``/``serialization`` (msprobe reads them as
+    attributes) and a ``__file__`` (DeepSpeed's NPU op builder derives paths from it), as the real package."""
+    import os
+
+    assert callable(torch_npu.utils.storage._rebuild_npu_tensor)
+    assert torch_npu.utils.serialization.RE_MAP_CPU is False
+    assert os.path.isfile(torch_npu.__file__)

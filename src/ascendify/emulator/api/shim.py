@@ -151,6 +151,8 @@ def _build(name: str) -> types.ModuleType:
     if name == "torch_npu":
         return _module(name, "torch_npu, emulated by ascendify (no CANN, no NPU: see ascendify.emulator).", {
             "__version__": f"{release}+ascendify.emulated",
+            # a real package has one; tools derive paths from it (DeepSpeed's NPU op builder: its lib folder)
+            "__file__": __file__,
             "npu": torch.npu,
             "_C": types.SimpleNamespace(),
             "get_npu_format": tooling.get_npu_format,
