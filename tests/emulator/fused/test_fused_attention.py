@@ -219,3 +219,26 @@ def test_shape_dtype_and_device_constraints():
         FA(*(rand(1, 1, 2, 8).npu() for _ in range(3)), 1, "BNSD", atten_mask=torch.zeros(2, 2, dtype=torch.bool))
     with pytest.raises(NpuOpError, match="actual_seq_qlen"):
         FA(*(rand(6, 2, 8).npu() for _ in range(3)), 2, "TND")
+
+
+def test_varlen_outer_split_modes_7_and_8():
+    """The documented example of mode 7: a 4x6 bottom-right causal sequence cut after two query rows; on the first
+    card the cut sequence is the last one, a band (pre_tockens 6, next_tockens -2) from the bottom-right."""
+    n, d = 2, 8
+    q, k, v = rand(5, n, d, seed=40), rand(9, n, d, seed=41), rand(9, n, d, seed=42)
+    out = FA(q.npu(), k.npu(), v.npu(), n, "TND", atten_mask=CAUSAL_2048.npu(), sparse_mode=7, pre_tockens=6,
+             next_tockens=-2, actual_seq_qlen=[3, 5], actual_seq_kvlen=[3, 9])[0].cpu()
+    first = ref(q[:3].transpose(0, 1)[None], k[:3].transpose(0, 1)[None], v[:3].transpose(0, 1)[None],
+                band(3, 3, hi=0))[0].transpose(0, 1)
+    # the cut rows 0, 1 of the original 4x6 problem, whose keys j <= i + 2 are kept
+    last = ref(q[3:].transpose(0, 1)[None], k[3:].transpose(0, 1)[None], v[3:].transpose(0, 1)[None],
+               band(2, 6, hi=2))[0].transpose(0, 1)
+    torch.testing.assert_close(out, torch.cat([first, last]).float())
+    # mode 8, the documented second card: the first sequence is the band (pre 4, next 1), the rest top-left causal
+    q, k, v = rand(12, n, d, seed=43), rand(13, n, d, seed=44), rand(13, n, d, seed=45)
+    out = FA(q.npu(), k.npu(), v.npu(), n, "TND", atten_mask=CAUSAL_2048.npu(), sparse_mode=8, pre_tockens=4,
+             next_tockens=1, actual_seq_qlen=[3, 8, 12], actual_seq_kvlen=[4, 9, 13])[0].cpu()
+    segs = [(0, 3, 0, 4, band(3, 4, lo=-3, hi=2)), (3, 8, 4, 9, band(5, 5, hi=0)), (8, 12, 9, 13, band(4, 4, hi=0))]
+    for a, b_, c, e, m in segs:
+        want = ref(q[a:b_].transpose(0, 1)[None], k[c:e].transpose(0, 1)[None], v[c:e].transpose(0, 1)[None], m)
+        torch.testing.assert_close(out[a:b_], want[0].transpose(0, 1).float())

@@ -236,6 +236,7 @@ _finder: list[Finder] = []
 
 
 def install() -> None:
+    fused.register_torch_ops()
     if not _finder:
         _finder.append(Finder())
         sys.meta_path.append(_finder[0])

@@ -58,3 +58,23 @@ def chip() -> str:
     if name.startswith("Ascend910"):
         return "training"
     return "A2"
+
+
+_FAMILY_NAMES = {"A2": "Atlas A2 training/inference series", "A3": "Atlas A3 training/inference series",
+                 "training": "Atlas training series", "inference": "Atlas inference series"}
+
+
+def product(op: str, products, first) -> None:
+    """``op`` runs on the emulated chip's product family (``products``: the families its documentation lists,
+    None for all); checked for ``npu`` inputs only (``first``: the first tensor argument, or a list of them)."""
+    if products is None:
+        return
+    t = first[0] if isinstance(first, list | tuple) and first else first
+    if not isinstance(t, torch.Tensor) or not on_npu(t):
+        return
+    family = chip()
+    if family not in products:
+        from ascendify.emulator import runtime
+
+        fail(op, f"not supported on {runtime.settings.device_name} ({_FAMILY_NAMES[family]}); torch_npu documents "
+                 f"it for {', '.join(_FAMILY_NAMES[p] for p in products)}")

@@ -10,8 +10,8 @@ The math is FlashAttentionScore's (CANN, ``pse_type`` 1 as torch_npu passes it):
   softmax, so a row with every position masked averages all values uniformly (no NaN), as on the NPU.
 - ``sparse_mode`` 0 (``atten_mask`` and the ``pre_tockens``/``next_tockens`` band, aligned top-left), 1 (all of
   ``atten_mask``), 2 (causal, top-left), 3 (causal, bottom-right), 4 (band, bottom-right), 5/6 (prefix: causal
-  bottom-right plus the first ``prefix[b]`` keys), 7/8 (varlen outer split: causal bottom-right / top-left per
-  sequence). Modes 2, 3, 4 and 6 take the optimised 2048x2048 ``triu(ones, 1)`` mask and derive the pattern from
+  bottom-right plus the first ``prefix[b]`` keys), 7/8 (varlen outer split of a mode 3 / mode 2 problem: every
+  sequence causal bottom-right / top-left, except the last / first non-empty one, which is the band of mode 4). Modes 2, 3, 4 and 6 take the optimised 2048x2048 ``triu(ones, 1)`` mask and derive the pattern from
   it; without ``atten_mask`` every mode computes full attention.
 - Layouts ``BSH``, ``SBH``, ``BSND``, ``BNSD`` and ``TND`` (varlen: ``actual_seq_qlen``/``actual_seq_kvlen``
   are cumulative ends; trailing zeros drop batches); GQA when the query has a multiple of key/value's heads.
@@ -20,9 +20,10 @@ The math is FlashAttentionScore's (CANN, ``pse_type`` 1 as torch_npu passes it):
 
 Two paths, the same numbers within rounding:
 
-- the fast path (no dropout, no ``pse``, full or top-left causal attention, equal head dims) runs the CPU's
-  fused flash-attention kernel (``aten._scaled_dot_product_flash_attention_for_cpu``), which never holds a whole
-  score matrix. It returns the row log-sum-exp instead of max and sum: softmax_max then holds the log-sum-exp
+- the fast path (no dropout, no ``pse``, equal head dims, no row masked entirely) runs the CPU's fused
+  flash-attention kernel (``aten._scaled_dot_product_flash_attention_for_cpu``), which never holds a whole score
+  matrix (full and top-left causal attention need no mask tensor; other masks go in as one additive mask, as
+  SDPA's own CPU path passes them). It returns the row log-sum-exp instead of max and sum: softmax_max then holds the log-sum-exp
   and softmax_sum ones (``max + log(sum)`` is exact, which is what the backward and ring-attention merges use);
 - the reference path (every other case) is a custom autograd function that computes blocks of
   :data:`BLOCK` query rows at a time, forward and backward (recomputing the scores from the saved row
@@ -249,27 +250,56 @@ class _Attention(torch.autograd.Function):
         return dq, dk, dv, dpse, None, None, None, None, None
 
 
-def _fast(q, k, v, pse, mask: Mask, keep_prob) -> bool | None:
-    """``is_causal`` for the CPU flash kernel when it computes exactly this problem, else None."""
+def _dense_mask(mask: Mask, sq: int, skv: int, device) -> torch.Tensor | None:
+    """Every masked position as one 4-D bool tensor broadcastable to [B, N, Sq, Skv] (None: nothing masked)."""
+    out = None
+    if mask.lo is not None or mask.hi is not None:
+        d = torch.arange(skv, device=device)[None, :] - torch.arange(sq, device=device)[:, None]
+        band = torch.zeros(sq, skv, dtype=torch.bool, device=device)
+        if mask.hi is not None:
+            band |= d > mask.hi
+        if mask.lo is not None:
+            band |= d < mask.lo
+        if mask.prefix is not None:
+            keep = torch.arange(skv, device=device)[None, :] < torch.tensor(mask.prefix, device=device)[:, None]
+            out = (band[None] & ~keep[:, None, :])[:, None]
+        else:
+            out = band[None, None]
+    if mask.explicit is not None:
+        out = mask.explicit if out is None else out | mask.explicit
+    return out
+
+
+def _fast(q, k, v, pse, mask: Mask, keep_prob):
+    """``(is_causal, float attn_mask)`` for the CPU flash kernel when it computes exactly this problem, else None.
+
+    The kernel takes an additive mask; it agrees with the NPU's select-to-minimum as long as no row is masked
+    entirely (such a row is uniform on the NPU, NaN-free here only on the reference path)."""
     sq, skv = q.shape[2], k.shape[2]
     if keep_prob < 1 or pse is not None or q.shape[-1] != v.shape[-1] or q.dtype == torch.float64:
         return None
     if mask.is_full(sq, skv):
-        return False
+        return False, None
     if mask.is_top_left_causal(sq, skv):
-        return True
-    return None
+        return True, None
+    dense = _dense_mask(mask, sq, skv, q.device)
+    if bool(dense.all(-1).any()):
+        return None
+    zero = torch.zeros((), dtype=q.dtype, device=q.device)
+    return False, torch.where(dense, float("-inf"), zero)
 
 
 def attend(q, k, v, pse, mask: Mask, scale: float, keep_prob: float, seed: int = 0, offset: int = 0):
     """Attention on BNSD tensors (GQA by head count): (out, row max, row sum) with autograd through ``out``."""
-    causal = _fast(q, k, v, pse, mask, keep_prob)
-    if causal is not None:
+    fast = _fast(q, k, v, pse, mask, keep_prob)
+    if fast is not None:
+        causal, float_mask = fast
         g = q.shape[1] // k.shape[1]
         if g > 1:
             k = k.repeat_interleave(g, 1)
             v = v.repeat_interleave(g, 1)
-        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, causal, scale=scale)
+        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+            q, k, v, 0.0, causal, attn_mask=float_mask, scale=scale)
         lse = lse.detach().float()
         return out, lse, torch.ones_like(lse)
     return _Attention.apply(q, k, v, pse, mask, scale, keep_prob, seed, offset)
@@ -380,9 +410,9 @@ def _mask_for(op, atten_mask, sparse_mode, pre, nxt, prefix, sq, skv, b) -> Mask
                     None if pre >= MAX_TOKENS else -pre, None if nxt >= MAX_TOKENS else nxt)
     if sparse_mode == 1:
         return Mask(_explicit(op, atten_mask, sq, skv, b))
-    if sparse_mode in (2, 8):
+    if sparse_mode in (2, 8):  # 8 (varlen outer split): its first sequence is a band, chosen by the caller
         return Mask(hi=0)
-    if sparse_mode in (3, 7):
+    if sparse_mode in (3, 7):  # 7: its last sequence is a band
         return Mask(hi=shift)
     if sparse_mode == 4:
         return Mask(lo=None if pre >= MAX_TOKENS else shift - pre, hi=None if nxt >= MAX_TOKENS else shift + nxt)
@@ -484,6 +514,7 @@ def _varlen(query, key, value, pse, atten_mask, scale, keep_prob, pre, nxt, pref
                                   "be empty.")
     outs, maxes, sums = [], [], []
     numels = 0
+    band_at = [i for i, (a, b) in enumerate(zip([0, *qe[:-1]], qe, strict=True)) if b > a] or [0]
     q0 = k0 = 0
     for i, (q1, k1) in enumerate(zip(qe, ke, strict=True)):
         sq, skv = q1 - q0, k1 - k0
@@ -494,7 +525,10 @@ def _varlen(query, key, value, pse, atten_mask, scale, keep_prob, pre, nxt, pref
             m_ = atten_mask
             if m_ is not None and sparse_mode in (0, 1):
                 m_ = m_[..., :sq, :skv]
-            mask = _mask_for(op, m_, sparse_mode, pre, nxt, prefix and [prefix[i]], sq, skv, 1)
+            mode = sparse_mode
+            if (sparse_mode == 7 and i == band_at[-1]) or (sparse_mode == 8 and i == band_at[0]):
+                mode = 4  # the sequence cut by the outer split: a band from the bottom-right corner
+            mask = _mask_for(op, m_, mode, pre, nxt, prefix and [prefix[i]], sq, skv, 1)
             if skv == 0:
                 o = query.new_zeros(1, sh.n, sq, sh.dv)
                 m = l_ = torch.zeros(1, sh.n, sq, device=query.device)

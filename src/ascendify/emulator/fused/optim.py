@@ -74,8 +74,8 @@ def _scalar(x) -> float:
 
 
 @torch.no_grad()
-def npu_apply_adam_w(beta1_power, beta2_power, lr, weight_decay, beta1, beta2, epsilon, grad, max_grad_norm=None,
-                     amsgrad=False, maximize=False, *, out=None):
+def npu_apply_adam_w(beta1_power, beta2_power, lr, weight_decay, beta1, beta2, epsilon, grad, max_grad_norm, amsgrad,
+                     maximize, *, out=None):
     """One AdamW step into ``out=(var, m, v)``; with ``amsgrad`` the running maximum of v is ``max_grad_norm``
     (updated in place). Returns ``out``."""
     op = "npu_apply_adam_w"
@@ -99,8 +99,8 @@ def npu_apply_adam_w(beta1_power, beta2_power, lr, weight_decay, beta1, beta2, e
 
 
 @torch.no_grad()
-def npu_apply_adam(beta1_power, beta2_power, lr, beta1, beta2, epsilon, grad, use_locking=False,
-                   use_nesterov=False, *, out=None):
+def npu_apply_adam(beta1_power, beta2_power, lr, beta1, beta2, epsilon, grad, use_locking, use_nesterov, *,
+                   out=None):
     """One Adam step (TensorFlow's ApplyAdam) into ``out=(var, m, v)``. Returns ``out``."""
     op = "npu_apply_adam"
     var, m, v = _out(op, out, grad)
