@@ -12,9 +12,13 @@ Python consults it only for a module no other finder found, so a real torch_npu 
 answers only for ``torch_npu`` and its sub-modules: it enables the emulator (``ascendify.emulator.enable()``,
 which imports torch and installs the torch_npu shim) and hands the import to the shim.
 
-``import torch`` alone does not enable the emulator (real torch_npu >= 2.5.1 autoloads on ``import torch``;
-here use ``import torch_npu``, ``ascendify emulate``, or ``import ascendify.emulator``).
-Turn it off: unset the variable, or set ``ASCENDIFY_EMULATE_HOOK=0``.
+``import torch`` alone enables it too, as real torch_npu (>= 2.5.1) loads itself with torch: ``pyproject.toml``
+declares :func:`autoload` in the entry point group ``torch.backends``, which ``torch/__init__.py`` calls
+(``_import_device_backends``) near the end of ``import torch``; the ``torch_npu`` shim is then imported, as
+the real one is. :func:`autoload` is a no-op unless the variable
+asks for the emulator (and imports nothing then).
+Turn it off: unset the variable, or set ``ASCENDIFY_EMULATE_HOOK=0`` (``TORCH_DEVICE_BACKEND_AUTOLOAD=0`` turns
+off torch's autoload only; ``import torch_npu`` then still loads the emulator).
 """
 
 from __future__ import annotations
@@ -59,6 +63,60 @@ class EmulatedTorchNpuFinder:
 
     def invalidate_caches(self) -> None:
         pass
+
+
+_autoload = {"active": False}
+
+
+def autoloading() -> bool:
+    """True while :func:`autoload` enables the emulator (``ascendify.emulator`` then skips its own
+    enable-on-import, so that :func:`autoload` can report a refusal instead of failing ``import torch``)."""
+    return _autoload["active"]
+
+
+def autoload() -> None:
+    """torch's device-backend autoload (entry point group ``torch.backends``): with ``ASCENDIFY_EMULATE=npu``,
+    ``import torch`` brings up the emulated npu, as ``import torch`` loads a real torch_npu on an NPU machine.
+
+    Runs inside ``import torch`` (``torch`` is in ``sys.modules`` but still initialising). Does nothing when
+    the variable is unset, when a real torch-npu is installed (it autoloads itself and the emulator never
+    stands in for it), or when ``ascendify.emulator`` is being imported already (the import that imported
+    torch; it enables the emulator itself when done). A refusal (CUDA in the process, an unverified torch...)
+    is a warning, not a failed ``import torch``; ``import torch_npu`` then raises the reason.
+
+    While it enables, torch's "initialising" mark is lifted: the self-test runs a backward, whose device
+    thread imports torch and would otherwise wait for this thread's ``import torch`` to finish (a deadlock).
+    Every name the emulator uses is defined by then (torch calls its backends after its own definitions).
+    """
+    if not wanted() or "ascendify.emulator" in sys.modules:
+        return
+    try:
+        from importlib import metadata
+
+        metadata.distribution("torch-npu")
+        return  # a real torch_npu: ASCENDIFY_EMULATE is ignored, as everywhere else
+    except Exception:
+        pass
+    spec = getattr(sys.modules.get("torch"), "__spec__", None)
+    initializing = getattr(spec, "_initializing", False)
+    _autoload["active"] = True
+    try:
+        if spec is not None:
+            spec._initializing = False
+        import ascendify.emulator as emulator
+
+        try:
+            emulator.enable()
+            import torch_npu  # noqa: F401  (the shim; loaded with torch, as the real one is)
+        except emulator.EmulatorError as e:
+            import warnings
+
+            warnings.warn(f"ASCENDIFY_EMULATE=npu: import torch did not bring up the emulated npu: {e}",
+                          RuntimeWarning, stacklevel=2)
+    finally:
+        _autoload["active"] = False
+        if spec is not None:
+            spec._initializing = initializing
 
 
 def install() -> bool:

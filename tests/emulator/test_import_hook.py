@@ -128,5 +128,46 @@ def test_a_wheel_built_from_the_tree_carries_the_pth(tmp_path):
         assert "ascendify_emulate.pth" in z.namelist()  # at the root: pip puts it in site-packages
         assert "ascendify._emulate_hook" in z.read("ascendify_emulate.pth").decode()
         assert "ascendify/_emulate_hook.py" in z.namelist()
+        (eps,) = [n for n in z.namelist() if n.endswith(".dist-info/entry_points.txt")]
+        assert "[torch.backends]\nascendify_emulate = ascendify._emulate_hook:autoload" in z.read(eps).decode()
         (entry_points,) = [n for n in z.namelist() if n.endswith(".dist-info/entry_points.txt")]
         assert "[pytest11]\nascendify = ascendify.pytest_plugin" in z.read(entry_points).decode()
+
+
+AUTOLOAD_SCRIPT = """\
+import sys
+import torch
+print("ENABLED", "ascendify.emulator" in sys.modules and sys.modules["ascendify.emulator"].is_enabled())
+if torch.npu.is_available() if hasattr(torch, "npu") else False:
+    x = torch.ones(2, device="npu", requires_grad=True)
+    (x * 3).sum().backward()
+    print("RESULT", x.device, x.grad.tolist(), sys.modules["torch_npu"].__name__)
+"""
+
+
+def _torch_backends_entry_point(tmp_path: Path) -> Path:
+    """A throwaway distribution on PYTHONPATH declaring pyproject.toml's ``torch.backends`` entry points, as
+    ``pip install`` of the package does (the shared test environment may predate them)."""
+    import tomllib
+
+    group = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["entry-points"]["torch.backends"]
+    info = tmp_path / "site" / "ascendify_autoload_check-0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: ascendify-autoload-check\nVersion: 0\n")
+    (info / "entry_points.txt").write_text(
+        "[torch.backends]\n" + "".join(f"{k} = {v}\n" for k, v in group.items()))
+    return info.parent
+
+
+@pytest.mark.parametrize("variable", ["npu", ""])
+def test_import_torch_alone_brings_up_the_emulator(tmp_path, variable):
+    """Real torch_npu loads itself on ``import torch`` (torch's device-backend autoload); so does the emulator
+    with ASCENDIFY_EMULATE=npu, through the ``torch.backends`` entry point, and nothing happens without it."""
+    site = _torch_backends_entry_point(tmp_path)
+    path = os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])
+    r = _run(AUTOLOAD_SCRIPT, tmp_path, ASCENDIFY_EMULATE=variable, PYTHONPATH=path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    if variable:
+        assert "ENABLED True" in r.stdout and "RESULT npu:0 [3.0, 3.0] torch_npu" in r.stdout, r.stdout
+    else:
+        assert "ENABLED False" in r.stdout and "RESULT" not in r.stdout, r.stdout

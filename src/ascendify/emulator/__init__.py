@@ -146,8 +146,11 @@ def _set_active(active: bool) -> None:
 
 
 def _auto_enable() -> None:
+    from ascendify import _emulate_hook
     from ascendify.core import devices
 
+    if _emulate_hook.autoloading():  # imported by torch's backend autoload, which enables it
+        return
     if devices.emulation_requested() and not runtime.enabled:
         enable()
 

@@ -8,7 +8,9 @@ shim provides what torch_npu code needs to import and run on the emulated device
 - ``torch_npu.contrib.transfer_to_npu``: CUDA code to ``npu`` at runtime through ``ascendify.auto``, found as a
   provider (:data:`PROVIDERS_GROUP`), not imported;
 - ``torch_npu.optim.NpuFused*``: the matching ``torch.optim`` optimizers (same update rule);
-- ``torch_npu.utils`` and ``torch_npu.distributed`` names that make sense on the CPU;
+- ``torch_npu.utils`` and ``torch_npu.distributed`` names that make sense on the CPU, and the utility layer
+  tools and checkpoints touch (``get_npu_format``, ``Format``, ``torch_npu.utils.storage._rebuild_npu_tensor``:
+  :mod:`ascendify.emulator.api.tooling`);
 - the fused operators that :mod:`ascendify.emulator.fused` emulates (``npu_fusion_attention``, ``npu_rms_norm``...).
 
 Any other torch_npu name (other custom ``npu_*`` ops, the profiler, CANN queries) raises
@@ -26,10 +28,12 @@ import torch
 
 from ascendify.core import knowledge
 from ascendify.emulator import fused
+from ascendify.emulator.api import tooling
 from ascendify.emulator.errors import NotEmulatedError
 
 _PROVIDED = ("torch_npu", "torch_npu.npu", "torch_npu.contrib", "torch_npu.contrib.transfer_to_npu",
-             "torch_npu.optim", "torch_npu.utils", "torch_npu.distributed")
+             "torch_npu.optim", "torch_npu.utils", "torch_npu.utils.storage", "torch_npu.utils.serialization",
+             "torch_npu.distributed")
 
 
 def _known(dotted: str) -> bool:
@@ -147,8 +151,12 @@ def _build(name: str) -> types.ModuleType:
     if name == "torch_npu":
         return _module(name, "torch_npu, emulated by ascendify (no CANN, no NPU: see ascendify.emulator).", {
             "__version__": f"{release}+ascendify.emulated",
+            # a real package has one; tools derive paths from it (DeepSpeed's NPU op builder: its lib folder)
+            "__file__": __file__,
             "npu": torch.npu,
             "_C": types.SimpleNamespace(),
+            "get_npu_format": tooling.get_npu_format,
+            "Format": tooling.Format,
         }, package=True)
     if name == "torch_npu.npu":
         return torch.npu
@@ -161,6 +169,12 @@ def _build(name: str) -> types.ModuleType:
         return _module(name, "torch_npu.optim, emulated: NpuFused* map to torch.optim.", _optim(), package=True)
     if name == "torch_npu.utils":
         return _module(name, "torch_npu.utils, emulated.", {"get_cann_version": _get_cann_version}, package=True)
+    if name == "torch_npu.utils.storage":
+        return _module(name, "torch_npu.utils.storage, emulated: the checkpoint rebuild function.",
+                       tooling.storage_attrs())
+    if name == "torch_npu.utils.serialization":
+        return _module(name, "torch_npu.utils.serialization, emulated: torch's load/save, RE_MAP_CPU.",
+                       tooling.serialization_attrs())
     if name == "torch_npu.distributed":
         return _module(name, "torch_npu.distributed, emulated (the hccl backend runs gloo on host memory).", {
             "is_hccl_available": _is_hccl_available,
@@ -177,6 +191,14 @@ class _Loader(importlib.abc.Loader):
         parent, _, leaf = module.__name__.rpartition(".")
         if parent and parent in sys.modules:
             setattr(sys.modules[parent], leaf, module)
+        for sub in _LOADED_WITH.get(module.__name__, ()):
+            importlib.import_module(sub)
+
+
+# what ``import torch_npu`` imports along, as the real package does (msprobe reads
+# ``torch_npu.utils.storage._rebuild_npu_tensor`` after a bare ``import torch_npu``)
+_LOADED_WITH = {"torch_npu": ("torch_npu.utils",),
+                "torch_npu.utils": ("torch_npu.utils.storage", "torch_npu.utils.serialization")}
 
 
 class Finder(importlib.abc.MetaPathFinder):
