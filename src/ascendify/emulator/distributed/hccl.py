@@ -79,22 +79,44 @@ def _work(inner, result, after=None):
 
     try:
         fut = inner.get_future()
-    except RuntimeError:  # gloo's send/recv works have no future
-        return _PendingWork(inner, result)
+    except RuntimeError:  # gloo's send/recv and _reduce_scatter_base works have no future
+        return _PendingWork(inner, result, after)
     return _create_work_from_future(fut.then(finish))
 
 
-class _PendingWork(dist._Work):
-    """Wraps a gloo work without a future (send/recv): nothing blocks until ``wait()``, as ``isend`` expects."""
+def _work_all(inners, result, after=None):
+    """One c10d work for several gloo works (coalesced collectives that gloo runs one by one)."""
+    if len(inners) == 1:
+        return _work(inners[0], result, after)
 
-    def __init__(self, inner, result):
+    def finish(fut):
+        for f in fut.value():
+            f.value()  # re-raises gloo's error, if any
+        if after is not None:
+            after()
+        return result
+
+    futs = torch.futures.collect_all([w.get_future() for w in inners])
+    return _create_work_from_future(futs.then(finish))
+
+
+class _PendingWork(dist._Work):
+    """Wraps a gloo work without a future (send/recv, ``_reduce_scatter_base``): nothing blocks until
+    ``wait()``, as ``isend`` expects; ``after`` runs in the first ``wait()``."""
+
+    def __init__(self, inner, result, after=None):
         super().__init__()
-        self._inner, self._result = inner, result
+        self._inner, self._result, self._after = inner, result, after
 
     def wait(self, timeout=None) -> bool:
         if timeout is None or not timeout:  # c10d's "no timeout" arrives as a zero timedelta
-            return self._inner.wait()
-        return self._inner.wait(timeout)
+            done = self._inner.wait()
+        else:
+            done = self._inner.wait(timeout)
+        if self._after is not None:  # ReduceOp.AVG's division, once the sum has landed
+            after, self._after = self._after, None
+            after()
+        return done
 
     def is_completed(self) -> bool:
         return self._inner.is_completed()
@@ -137,6 +159,10 @@ class EmulatedHcclProcessGroup(dist.ProcessGroup):
         self._rank, self._size = rank, size
         self._gloo = _make_gloo(store, rank, size, timeout)
         self._cpu_ok: bool | None = None
+        # c10d keeps a group's name on its backends ("ProcessGroup name not set" without one): DeviceMesh,
+        # DTensor and functional collectives find groups by name. The gloo underneath holds it; the
+        # collectives still reach this class's methods (c10d calls the Python overrides, not the backend).
+        self._register_backend(torch.device(DEVICE), dist.ProcessGroup.BackendType.CUSTOM, self._gloo)
 
     # -- which tensors this group takes -------------------------------------------------------------------
     def _serves_cpu(self) -> bool:
@@ -222,11 +248,21 @@ class EmulatedHcclProcessGroup(dist.ProcessGroup):
     _allgather_base = all_gather_single  # the pre-2.10 name
 
     def all_gather_single_coalesced(self, outputs, inputs, opts=None):
+        # gloo has no coalesced all-gather into tensors (DTensor and funcol's *_coalesced use it): one each
         opts = opts if opts is not None else dist.AllgatherOptions()
         outs, ins = self._gloo_args("all_gather_into_tensor", outputs, inputs)
-        return _work(self._gloo.allgather_into_tensor_coalesced(outs, ins, opts), outputs)
+        return _work_all([self._gloo._allgather_base(o, i, opts) for o, i in zip(outs, ins, strict=True)], outputs)
 
     allgather_into_tensor_coalesced = all_gather_single_coalesced
+
+    def reduce_scatter_single_coalesced(self, outputs, inputs, opts=None):
+        opts = opts if opts is not None else dist.ReduceScatterOptions()
+        avg = _reduce_opts_avg(opts)
+        outs, ins = self._gloo_args("reduce_scatter_tensor", outputs, inputs)
+        works = [self._gloo._reduce_scatter_base(o, i, opts) for o, i in zip(outs, ins, strict=True)]
+        return _work_all(works, outputs, _divider(outputs, self._size) if avg else None)
+
+    reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
 
     def reduce_scatter(self, outputs, input_lists, opts=None):
         opts = opts if opts is not None else dist.ReduceScatterOptions()
