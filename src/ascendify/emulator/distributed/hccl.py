@@ -31,6 +31,8 @@ import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import _create_work_from_future
 
+from ascendify.emulator.distributed import hccl_rules
+
 BACKEND = "hccl"
 DEVICE = "npu"
 
@@ -49,6 +51,9 @@ def _cpu_alias(t: torch.Tensor) -> torch.Tensor:
 
 
 def _check(op: str, tensors) -> None:
+    from ascendify.emulator import runtime
+
+    own = None if runtime.settings.single_device else runtime.current_device[0]
     for t in tensors:
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"hccl {op}: expected tensors, got {type(t).__name__}")
@@ -59,6 +64,13 @@ def _check(op: str, tensors) -> None:
             )
         if t.layout is not torch.strided:
             raise RuntimeError(f"hccl {op}: tensors must be dense (got layout {t.layout})")
+        if own is not None and t.device.index != own:
+            raise RuntimeError(
+                f"hccl {op}: a tensor on {t.device}, but this rank's device is npu:{own}. HCCL runs one "
+                "device per process (torch_npu: 'ProcessGroupHCCL support one device per process only'): "
+                "call torch.npu.set_device(local_rank) before init_process_group and keep every tensor "
+                "of the collective on that device."
+            )
 
 
 def _cpu_alias_all(tensors):
@@ -175,17 +187,22 @@ class EmulatedHcclProcessGroup(dist.ProcessGroup):
             self._cpu_ok = any(part.split(":")[0].strip() == "cpu" for part in config.split(",") if ":" in part)
         return self._cpu_ok
 
-    def _gloo_args(self, op: str, *parts):
+    def _gloo_args(self, op: str, *parts, opts=None, splits: bool | None = None):
         """The tensors gloo runs on, part by part (a part: a list of tensors or a list of such lists).
 
         ``npu`` tensors become CPU aliases of the same memory. CPU tensors pass only where the group takes
         them, and only when the whole call is on the CPU (one collective runs on one device's backend).
+        HCCL's rules (``hccl_rules.py``: dtypes, ``ReduceOp``, contiguity, all_to_all splits) are checked
+        on ``npu`` calls, with the reduce op of ``opts`` and whether all_to_all got split sizes (``splits``).
         """
         flat = [t for p in parts for x in p for t in (x if isinstance(x, (list, tuple)) else (x,))]
         if flat and all(isinstance(t, torch.Tensor) and t.device.type == "cpu" for t in flat):
             if self._serves_cpu():
                 return parts if len(parts) > 1 else parts[0]
         _check(op, flat)
+        reduce_op = getattr(getattr(opts, "reduceOp", None), "op", None)
+        hccl_rules.check_collective(op, flat, reduce_op=getattr(reduce_op, "name", None), split_sizes=splits,
+                                    group_size=self._size)
         out = [[_cpu_alias_all(x) if isinstance(x, (list, tuple)) else _cpu_alias(x) for x in p] for p in parts]
         return out if len(out) > 1 else out[0]
 
@@ -210,14 +227,16 @@ class EmulatedHcclProcessGroup(dist.ProcessGroup):
     # -- collectives -----------------------------------------------------------------------------------------
     def allreduce(self, tensors, opts=None):
         opts = opts if opts is not None else dist.AllreduceOptions()
+        args = self._gloo_args("all_reduce", tensors, opts=opts)
         avg = _reduce_opts_avg(opts)
-        work = self._gloo.allreduce(self._gloo_args("all_reduce", tensors), opts)
+        work = self._gloo.allreduce(args, opts)
         return _work(work, tensors, _divider(tensors, self._size) if avg else None)
 
     def allreduce_coalesced(self, tensors, opts=None):
         opts = opts if opts is not None else dist.AllreduceCoalescedOptions()
+        args = self._gloo_args("all_reduce_coalesced", tensors, opts=opts)
         avg = _reduce_opts_avg(opts)
-        work = self._gloo.allreduce_coalesced(self._gloo_args("all_reduce_coalesced", tensors), opts)
+        work = self._gloo.allreduce_coalesced(args, opts)
         return _work(work, tensors, _divider(tensors, self._size) if avg else None)
 
     def broadcast(self, tensors, opts=None):
@@ -226,9 +245,10 @@ class EmulatedHcclProcessGroup(dist.ProcessGroup):
 
     def reduce(self, tensors, opts=None):
         opts = opts if opts is not None else dist.ReduceOptions()
+        args = self._gloo_args("reduce", tensors, opts=opts)
         avg = _reduce_opts_avg(opts)
         after = _divider(tensors, self._size) if avg and self._rank == opts.rootRank else None
-        return _work(self._gloo.reduce(self._gloo_args("reduce", tensors), opts), tensors, after)
+        return _work(self._gloo.reduce(args, opts), tensors, after)
 
     def allgather(self, output_lists, inputs, opts=None):
         opts = opts if opts is not None else dist.AllgatherOptions()
@@ -257,8 +277,8 @@ class EmulatedHcclProcessGroup(dist.ProcessGroup):
 
     def reduce_scatter_single_coalesced(self, outputs, inputs, opts=None):
         opts = opts if opts is not None else dist.ReduceScatterOptions()
+        outs, ins = self._gloo_args("reduce_scatter_tensor", outputs, inputs, opts=opts)
         avg = _reduce_opts_avg(opts)
-        outs, ins = self._gloo_args("reduce_scatter_tensor", outputs, inputs)
         works = [self._gloo._reduce_scatter_base(o, i, opts) for o, i in zip(outs, ins, strict=True)]
         return _work_all(works, outputs, _divider(outputs, self._size) if avg else None)
 
@@ -266,15 +286,15 @@ class EmulatedHcclProcessGroup(dist.ProcessGroup):
 
     def reduce_scatter(self, outputs, input_lists, opts=None):
         opts = opts if opts is not None else dist.ReduceScatterOptions()
+        outs, ins = self._gloo_args("reduce_scatter", outputs, input_lists, opts=opts)
         avg = _reduce_opts_avg(opts)
-        outs, ins = self._gloo_args("reduce_scatter", outputs, input_lists)
         work = self._gloo.reduce_scatter(outs, ins, opts)
         return _work(work, outputs, _divider(outputs, self._size) if avg else None)
 
     def reduce_scatter_single(self, output, input, opts=None):
         opts = opts if opts is not None else dist.ReduceScatterOptions()
+        (out,), (inp,) = self._gloo_args("reduce_scatter_tensor", [output], [input], opts=opts)
         avg = _reduce_opts_avg(opts)
-        (out,), (inp,) = self._gloo_args("reduce_scatter_tensor", [output], [input])
         work = self._gloo._reduce_scatter_base(out, inp, opts)
         return _work(work, [output], _divider([output], self._size) if avg else None)
 
@@ -283,6 +303,8 @@ class EmulatedHcclProcessGroup(dist.ProcessGroup):
     def gather(self, output_lists, inputs, opts=None):
         opts = opts if opts is not None else dist.GatherOptions()
         outs, ins = self._gloo_args("gather", output_lists, inputs)
+        if self._rank == opts.rootRank and not all(t.device.type == "cpu" for t in inputs):
+            hccl_rules.check_gather()  # torch_npu runs dist.gather as an all_gather, with a warning
         return _work(self._gloo.gather(outs, ins, opts), output_lists)
 
     def scatter(self, outputs, input_lists, opts=None):
@@ -292,7 +314,8 @@ class EmulatedHcclProcessGroup(dist.ProcessGroup):
 
     def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts=None):
         opts = opts if opts is not None else dist.AllToAllOptions()
-        (out,), (inp,) = self._gloo_args("all_to_all_single", [output], [input])
+        splits = bool(output_split_sizes) or bool(input_split_sizes)
+        (out,), (inp,) = self._gloo_args("all_to_all_single", [output], [input], splits=splits)
         work = self._gloo.alltoall_base(out, inp, output_split_sizes, input_split_sizes, opts)
         return _work(work, [output])
 
@@ -310,7 +333,7 @@ class EmulatedHcclProcessGroup(dist.ProcessGroup):
         return _work(self._gloo.recv(self._gloo_args("recv", tensors), src, tag), tensors)
 
     def recv_anysource(self, tensors, tag: int = 0):
-        return _work(self._gloo.recv_anysource(self._gloo_args("recv", tensors), tag), tensors)
+        return _work(self._gloo.recv_anysource(self._gloo_args("recv_anysource", tensors), tag), tensors)
 
     def shutdown(self) -> None:
         self._gloo = None
@@ -332,6 +355,8 @@ def _make_gloo(store, rank: int, size: int, timeout: datetime.timedelta):
 
 
 def _create(backend_opts, pg_options=None):
+    if os.environ.get("LOCAL_WORLD_SIZE", "").isdigit():  # set by torchrun: the ranks on this server
+        hccl_rules.check_ranks_per_node(int(os.environ["LOCAL_WORLD_SIZE"]))
     timeout = backend_opts.timeout
     if not isinstance(timeout, datetime.timedelta):
         timeout = datetime.timedelta(seconds=1800)
