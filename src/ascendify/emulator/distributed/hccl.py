@@ -360,7 +360,105 @@ def _create(backend_opts, pg_options=None):
     timeout = backend_opts.timeout
     if not isinstance(timeout, datetime.timedelta):
         timeout = datetime.timedelta(seconds=1800)
+    _check_rendezvous(backend_opts.store, backend_opts.group_rank, backend_opts.group_size,
+                      getattr(backend_opts, "global_ranks_in_group", None) or [])
+    if not backend_opts.global_ranks_in_group:  # the default group: the rank table, if the job has one
+        from ascendify.emulator.distributed import ranktable
+
+        ranktable.check_group(backend_opts.group_rank, backend_opts.group_size)
     return EmulatedHcclProcessGroup(backend_opts.store, backend_opts.group_rank, backend_opts.group_size, timeout)
+
+
+CONNECT_TIMEOUT_S = 120  # HCCL_CONNECT_TIMEOUT's default (seconds): how long HCCL waits to link the ranks
+
+
+def connect_timeout() -> float:
+    """``HCCL_CONNECT_TIMEOUT`` (seconds), as HCCL reads it; the default 120."""
+    try:
+        return float(os.environ.get("HCCL_CONNECT_TIMEOUT", CONNECT_TIMEOUT_S))
+    except ValueError:
+        return CONNECT_TIMEOUT_S
+
+
+def _check_rendezvous(store, rank: int, size: int, global_ranks: list[int]) -> None:
+    """Every rank of the group states its group size in the store and reads the others' before gloo links up.
+
+    A rank that never comes is reported after ``HCCL_CONNECT_TIMEOUT`` (HCCL's link-setup timeout) naming
+    the missing ranks, instead of gloo waiting for the whole process-group timeout (30 minutes); ranks that
+    disagree on the world size are reported at once (gloo could otherwise pair them and compute wrong sums).
+    """
+    import time
+
+    def glob(r: int) -> int:
+        return global_ranks[r] if r < len(global_ranks) else r
+
+    key = "ascendify_hccl_size/{}"
+    store.set(key.format(rank), str(size))
+    deadline = time.monotonic() + connect_timeout()
+    missing: list[int] = []
+    for r in range(size):
+        k = key.format(r)
+        while True:
+            try:
+                store.wait([k], datetime.timedelta(seconds=max(0.05, min(1.0, deadline - time.monotonic()))))
+                break
+            except (RuntimeError, dist.DistStoreError):
+                if time.monotonic() >= deadline:
+                    missing.append(r)
+                    break
+        if missing:
+            continue
+        theirs = int(store.get(k).decode())
+        if theirs != size:
+            raise RuntimeError(
+                f"hccl: mismatched world_size: rank {glob(r)} joined with world_size={theirs}, this rank "
+                f"({glob(rank)}) with world_size={size}. Every rank must pass the same world_size "
+                "(WORLD_SIZE / RANK_SIZE) to init_process_group."
+            )
+    if missing:
+        names = ", ".join(str(glob(r)) for r in missing[:16]) + (" ..." if len(missing) > 16 else "")
+        raise RuntimeError(
+            f"hccl: the rendezvous did not complete: rank(s) {names} of {size} did not join within "
+            f"HCCL_CONNECT_TIMEOUT={connect_timeout():g}s (this is rank {glob(rank)}). Check that every rank "
+            "was started, with the same MASTER_ADDR/MASTER_PORT and world size; a real HCCL job fails the "
+            "same way after HCCL_CONNECT_TIMEOUT (default 120 s)."
+        )
+
+
+def _bounded_store(original):
+    """torch's ``_create_c10d_store`` (env:// and tcp:// rendezvous) with the wait for the other ranks bounded by
+    ``HCCL_CONNECT_TIMEOUT`` instead of the whole process-group timeout (30 minutes by default), and a message
+    that says what went wrong when the port is taken or the ranks never all arrive. Later store operations
+    keep the caller's timeout."""
+
+    def _create_c10d_store(hostname, port, rank, world_size, timeout, use_libuv=True):
+        limit = datetime.timedelta(seconds=connect_timeout())
+        short = min(timeout, limit) if isinstance(timeout, datetime.timedelta) else limit
+        try:
+            store = original(hostname, port, rank, world_size, short, use_libuv)
+        except RuntimeError as exc:
+            text = str(exc)
+            if "EADDRINUSE" in text or "already in use" in text:
+                msg = (f"hccl: MASTER_PORT {port} on {hostname} is already in use by another process: pick a "
+                       f"free port (MASTER_PORT, torchrun --master-port). [{text.strip().splitlines()[0]}]")
+            elif "imed out" in text or "timeout" in text:
+                msg = (f"hccl: the rendezvous at {hostname}:{port} did not complete: not all {world_size} ranks "
+                       f"arrived within HCCL_CONNECT_TIMEOUT={limit.total_seconds():g}s (this is rank {rank}). "
+                       "Check that every rank was started with the same MASTER_ADDR/MASTER_PORT and "
+                       f"world size. [{text.strip().splitlines()[0]}]")
+            else:
+                raise
+            try:
+                err = type(exc)(msg)
+            except TypeError:
+                err = RuntimeError(msg)
+            raise err from exc
+        if isinstance(timeout, datetime.timedelta) and short != timeout:
+            store.set_timeout(timeout)
+        return store
+
+    _create_c10d_store.__wrapped__ = original
+    return _create_c10d_store
 
 
 _installed = False
@@ -378,6 +476,10 @@ def install() -> None:
     from ascendify.emulator import runtime
 
     runtime.patches.set(dist, "is_hccl_available", is_hccl_available)
+    import importlib
+
+    rdzv = importlib.import_module("torch.distributed.rendezvous")  # the attribute is the function rendezvous()
+    runtime.patches.set(rdzv, "_create_c10d_store", _bounded_store(rdzv._create_c10d_store))
     _installed = True
 
 
