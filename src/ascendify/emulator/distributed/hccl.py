@@ -9,14 +9,17 @@ on). DDP with ``device_ids``, ``all_reduce``, ``all_gather`` (and ``all_gather_i
 ``reduce``, ``reduce_scatter`` (and ``reduce_scatter_tensor``), ``gather``, ``scatter``, ``all_to_all_single``,
 ``barrier``, ``send``/``recv`` (``isend``/``irecv`` do not block), object collectives
 (``all_gather_object``...) and subgroups (``new_group(backend="hccl")``) all work across processes started by
-torchrun. A group made with
+torchrun; so do functional collectives, DeviceMesh, DTensor, FSDP1/FSDP2, tensor parallel and
+``torch.distributed.checkpoint`` (c10d finds the group by the name kept on its registered backend, and calls
+this class's methods from C++). A group made with
 ``init_process_group("cpu:gloo,npu:hccl")`` takes CPU tensors too (on the same gloo), as torch_npu's does.
 
 Fidelity: the gloo backend keeps refusing ``npu`` tensors, as on hardware (PyTorch's ``c10d`` kernels for
 PrivateUse1 ask the group for an ``npu`` backend, which a gloo group does not have). ``ReduceOp.AVG`` is
-computed as a sum divided by the group size (gloo has no AVG). Not emulated: functional collectives and
-DTensor (they reach process groups from C++ through paths a Python process group does not serve),
-HCCL-specific options (``pg_options`` is accepted and ignored), and HCCL's own numerics (reduction order).
+computed as a sum divided by the group size (gloo has no AVG). HCCL's rules (dtypes, ``ReduceOp``, splits,
+ranks per server) are checked by :mod:`.hccl_rules`, the rank table by :mod:`.ranktable`; a group's ranks
+check that they agree on its size and all arrive within ``HCCL_CONNECT_TIMEOUT``. Not emulated:
+HCCL-specific options (``pg_options`` is accepted and ignored) and HCCL's own numerics (reduction order).
 
 >>> # each process:  import ascendify.emulator; ascendify.emulator.enable()
 >>> # dist.init_process_group("hccl"); t = torch.ones(2, device="npu"); dist.all_reduce(t)
