@@ -317,6 +317,7 @@ def main() -> None:
         except Exception as exc:  # record and go on: the test names the feature that failed
             results[name] = {"error": "".join(traceback.format_exception(exc))[-3000:]}
             dist.barrier()
+    results["hccl_rule_violations"] = ascendify.emulator.report().get("hccl_rule_violations")
     with open(os.path.join(out, f"result{rank}.json"), "w") as f:
         json.dump(results, f, indent=1)
     dist.barrier()

@@ -96,6 +96,13 @@ def test_losses_equal_the_single_process_run(jobs, references, world, name):
 
 
 @pytest.mark.parametrize("world", [2, 4])
+def test_the_sharded_stack_breaks_no_hccl_rule(jobs, world):
+    """What FSDP, DTensor and DCP send to hccl is what HCCL takes (dtypes, ops, contiguity): no violation."""
+    for res in jobs[0][world]:
+        assert res["backend"] == "hccl" and res["hccl_rule_violations"] == {}
+
+
+@pytest.mark.parametrize("world", [2, 4])
 def test_fsdp2_shards_and_policies(jobs, world):
     plain, mixed, offload = (_feature(jobs, world, n) for n in ("fsdp2", "fsdp2_mixed", "fsdp2_offload"))
     for rank in range(world):
