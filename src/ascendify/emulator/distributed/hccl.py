@@ -122,12 +122,18 @@ class _PendingWork(dist._Work):
     def __init__(self, inner, result, after=None):
         super().__init__()
         self._inner, self._result, self._after = inner, result, after
+        self._done: bool | None = None
 
     def wait(self, timeout=None) -> bool:
+        # gloo's inner wait() is called once: a second wait() of a _reduce_scatter_base work copies its sum
+        # into the output again (undoing AVG's division when, say, a recorder waited on it first)
+        if self._done is not None:
+            return self._done
         if timeout is None or not timeout:  # c10d's "no timeout" arrives as a zero timedelta
             done = self._inner.wait()
         else:
             done = self._inner.wait(timeout)
+        self._done = done
         if self._after is not None:  # ReduceOp.AVG's division, once the sum has landed
             after, self._after = self._after, None
             after()
