@@ -201,3 +201,15 @@ def test_two_rank_ddp_with_gradients_as_bucket_views_is_the_same_training(two_ra
     for rank in range(2):
         for k in params[rank]:
             assert torch.equal(viewed[rank][k], params[rank][k]), (rank, k)
+
+
+def test_a_second_wait_does_not_copy_a_reduce_scatter_again(single_group):
+    """gloo's _reduce_scatter_base copies its result into the output in wait(): waited once only (else AVG's
+    division, done after the first wait, was undone by any later wait, e.g. a recorder's then the user's)."""
+    out, inp = torch.zeros(2, device="npu"), torch.ones(2, device="npu")
+    work = dist.reduce_scatter_tensor(out, inp, async_op=True)
+    work.get_future().wait()
+    assert out.cpu().tolist() == [1.0, 1.0]
+    out.fill_(7.0)
+    work.wait()
+    assert out.cpu().tolist() == [7.0, 7.0]

@@ -110,6 +110,7 @@ def test_parse_program(tokens, expected):
 @pytest.mark.parametrize("argv, env, says", [
     (["--memory", "1Q"], {}, "not a memory size: '1Q'"),
     (["--devices", "0"], {}, "device_count=0"),
+    (["--cann", "latest"], {}, "cann_version='latest'"),
     ([], {"ASCENDIFY_EMULATE_MEMORY": "zz"}, "not a memory size: 'zz'"),
 ])
 def test_bad_settings_are_usage_errors_not_tracebacks(tmp_path, monkeypatch, capsys, argv, env, says):

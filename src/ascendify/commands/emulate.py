@@ -26,7 +26,7 @@ examples:
   ascendify emulate -- torchrun --nproc-per-node 2 train.py
 
 Settings also come from the environment (ASCENDIFY_EMULATE_FIDELITY, _FLOAT64, _FP16_OVERFLOW, _MEMORY,
-_DEVICES; TORCH_NPU_FALLBACK_CPU_DISABLE=1 means --fidelity error). Details: docs/emulator.md.
+_DEVICES, _CANN; TORCH_NPU_FALLBACK_CPU_DISABLE=1 means --fidelity error). Details: docs/emulator.md.
 """
 
 
@@ -36,6 +36,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fp16-overflow", choices=("off", "warn", "error"), help="check fp16/bf16 results for inf/nan")
     p.add_argument("--memory", metavar="SIZE", help="emulated device memory, e.g. 16G (default 64G)")
     p.add_argument("--devices", type=int, metavar="N", help="number of emulated devices (default 8)")
+    p.add_argument("--cann", metavar="VERSION", help="the CANN release whose HCCL rules hccl enforces (default 9.1.0)")
     p.add_argument("--json", metavar="FILE", help="write the summary as JSON (rank N > 0: NAME.rankN.json)")
     p.add_argument("-q", "--quiet", action="store_true", help="no summary table at exit")
     p.add_argument("-m", dest="module_args", nargs=argparse.REMAINDER, metavar="MODULE ...",
@@ -47,7 +48,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def _settings_env(args: argparse.Namespace) -> dict[str, str]:
     env = {}
     for flag, var in (("fidelity", "FIDELITY"), ("float64", "FLOAT64"), ("fp16_overflow", "FP16_OVERFLOW"),
-                      ("memory", "MEMORY"), ("devices", "DEVICES")):
+                      ("memory", "MEMORY"), ("devices", "DEVICES"), ("cann", "CANN")):
         value = getattr(args, flag)
         if value is not None:
             env[f"ASCENDIFY_EMULATE_{var}"] = str(value)

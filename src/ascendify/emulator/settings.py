@@ -28,6 +28,8 @@ setting                   environment variable                   default   meani
                                                                            PyTorch's autograd engine runs Python
                                                                            backends on device 0 only
 ``self_test``             ``ASCENDIFY_EMULATE_SELF_TEST``        ``1``     run the short self-test when enabling
+``cann_version``          ``ASCENDIFY_EMULATE_CANN``             9.1.0     the CANN release whose HCCL rules the
+                                                                           ``hccl`` backend enforces (``8.0.RC1``...)
 ========================  =====================================  ========  ==========================================
 
 >>> s = Settings.from_env({"ASCENDIFY_EMULATE_MEMORY": "2G", "TORCH_NPU_FALLBACK_CPU_DISABLE": "1"})
@@ -39,6 +41,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from collections.abc import Mapping
 
 MODES = ("warn", "error")
@@ -78,6 +81,7 @@ class Settings:
     device_name: str = "Ascend910B3"
     single_device: bool = False
     self_test: bool = True
+    cann_version: str = "9.1.0"  # what torch_npu 2.13 asks for (compat_matrix.json: the master README)
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the bad setting."""
@@ -88,6 +92,9 @@ class Settings:
         if not isinstance(self.device_count, int) or not 1 <= self.device_count <= 64:
             raise ValueError(f"emulator setting device_count={self.device_count!r}: expected 1..64")
         self.memory_capacity = parse_bytes(self.memory_capacity)
+        if not isinstance(self.cann_version, str) or not re.fullmatch(r"\d+\.\d+(\.(\d+|RC\d+))?",
+                                                                       self.cann_version.strip(), re.IGNORECASE):
+            raise ValueError(f"emulator setting cann_version={self.cann_version!r}: expected e.g. 8.0.RC1 or 9.1.0")
 
     def update(self, **changes) -> None:
         unknown = set(changes) - {f.name for f in dataclasses.fields(self)}
@@ -128,6 +135,8 @@ class Settings:
         s.single_device = "LOCAL_RANK" in env
         if v := env.get("ASCENDIFY_EMULATE_SINGLE_DEVICE"):
             s.single_device = v.strip().lower() not in ("0", "false", "no", "off")
+        if v := env.get("ASCENDIFY_EMULATE_CANN"):
+            s.cann_version = v.strip()
         if v := env.get("ASCENDIFY_EMULATE_SELF_TEST"):
             s.self_test = v.strip().lower() not in ("0", "false", "no", "off")
         s.validate()

@@ -54,6 +54,7 @@ def install() -> None:
 
     _patches.set(tensor_str, "_str", _str)
     _patch_storage_new()
+    _patch_storage_resize()
     _patch_record_stream()
     _patch_module_apply()
     from ascendify.emulator.device import rng
@@ -84,6 +85,45 @@ def _patch_storage_new() -> None:
         return orig_new(cls, *args, device=device, **kwargs)
 
     _patches.set(torch.UntypedStorage, "__new__", __new__)
+
+
+def _patch_storage_resize() -> None:
+    """``UntypedStorage.resize_`` on an ``npu`` storage, which FSDP2 uses to free and re-grow unsharded
+    parameters in place (``storage.resize_(0)`` after the forward, ``resize_(n)`` before the next all-gather).
+
+    PyTorch sends it to ``PrivateUse1HooksInterface::resizePrivateUse1Bytes``, which a Python backend cannot
+    implement ("You should register PrivateUse1HooksInterface..."). The emulator makes a fresh ``npu``
+    allocation of the new size, copies what both sizes share, and swaps the data pointers of the two
+    storages (``_swap_data_ptr_``, which takes a zero-byte side), so every tensor and view on the storage
+    sees the new memory, as after a device resize; the old memory is freed (and uncounted) with the other
+    storage.
+    """
+    orig = torch.UntypedStorage.resize_
+
+    def resize_(self, size):
+        if self.device.type != "npu":
+            return orig(self, size)
+        size = int(size)
+        old = self.nbytes()
+        if size == old:
+            return self
+        if size < 0:
+            return orig(self, size)  # PyTorch's own error
+        kept = None
+        if old:
+            kept = torch.empty(0, dtype=torch.uint8, device=self.device).untyped_storage()
+            self._swap_data_ptr_(kept)  # self is now 0 bytes, kept holds the old memory
+        if size:
+            new = torch.empty(size, dtype=torch.uint8, device=self.device).untyped_storage()
+            if kept is not None:
+                n = min(old, size)
+                dst = torch.empty(0, dtype=torch.uint8, device=self.device).set_(new, 0, (n,), (1,))
+                src = torch.empty(0, dtype=torch.uint8, device=self.device).set_(kept, 0, (n,), (1,))
+                dst.copy_(src)
+            self._swap_data_ptr_(new)
+        return self
+
+    _patches.set(torch.UntypedStorage, "resize_", light_wraps(resize_, orig))
 
 
 def _patch_record_stream() -> None:

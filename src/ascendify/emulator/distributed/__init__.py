@@ -2,6 +2,8 @@
 
 - :mod:`.hccl`: the ``hccl`` process-group backend (gloo on zero-copy CPU aliases), what DDP and
   ``torch.distributed`` collectives use;
+- :mod:`.hccl_rules`: HCCL's rules per chip and CANN version (``data/hccl_rules.json``), checked on each call;
+- :mod:`.ranktable`: the Ascend rank table (``RANK_TABLE_FILE``) checked against the default group;
 - :mod:`.data_parallel`: ``nn.DataParallel``, which torch_npu does not support, refused with a clear message.
 
 :func:`install` registers both (called by :func:`ascendify.emulator.enable`).

@@ -9,14 +9,17 @@ on). DDP with ``device_ids``, ``all_reduce``, ``all_gather`` (and ``all_gather_i
 ``reduce``, ``reduce_scatter`` (and ``reduce_scatter_tensor``), ``gather``, ``scatter``, ``all_to_all_single``,
 ``barrier``, ``send``/``recv`` (``isend``/``irecv`` do not block), object collectives
 (``all_gather_object``...) and subgroups (``new_group(backend="hccl")``) all work across processes started by
-torchrun. A group made with
+torchrun; so do functional collectives, DeviceMesh, DTensor, FSDP1/FSDP2, tensor parallel and
+``torch.distributed.checkpoint`` (c10d finds the group by the name kept on its registered backend, and calls
+this class's methods from C++). A group made with
 ``init_process_group("cpu:gloo,npu:hccl")`` takes CPU tensors too (on the same gloo), as torch_npu's does.
 
 Fidelity: the gloo backend keeps refusing ``npu`` tensors, as on hardware (PyTorch's ``c10d`` kernels for
 PrivateUse1 ask the group for an ``npu`` backend, which a gloo group does not have). ``ReduceOp.AVG`` is
-computed as a sum divided by the group size (gloo has no AVG). Not emulated: functional collectives and
-DTensor (they reach process groups from C++ through paths a Python process group does not serve),
-HCCL-specific options (``pg_options`` is accepted and ignored), and HCCL's own numerics (reduction order).
+computed as a sum divided by the group size (gloo has no AVG). HCCL's rules (dtypes, ``ReduceOp``, splits,
+ranks per server) are checked by :mod:`.hccl_rules`, the rank table by :mod:`.ranktable`; a group's ranks
+check that they agree on its size and all arrive within ``HCCL_CONNECT_TIMEOUT``. Not emulated:
+HCCL-specific options (``pg_options`` is accepted and ignored) and HCCL's own numerics (reduction order).
 
 >>> # each process:  import ascendify.emulator; ascendify.emulator.enable()
 >>> # dist.init_process_group("hccl"); t = torch.ones(2, device="npu"); dist.all_reduce(t)
@@ -30,6 +33,8 @@ import os
 import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import _create_work_from_future
+
+from ascendify.emulator.distributed import hccl_rules
 
 BACKEND = "hccl"
 DEVICE = "npu"
@@ -49,6 +54,9 @@ def _cpu_alias(t: torch.Tensor) -> torch.Tensor:
 
 
 def _check(op: str, tensors) -> None:
+    from ascendify.emulator import runtime
+
+    own = None if runtime.settings.single_device else runtime.current_device[0]
     for t in tensors:
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"hccl {op}: expected tensors, got {type(t).__name__}")
@@ -59,6 +67,13 @@ def _check(op: str, tensors) -> None:
             )
         if t.layout is not torch.strided:
             raise RuntimeError(f"hccl {op}: tensors must be dense (got layout {t.layout})")
+        if own is not None and t.device.index != own:
+            raise RuntimeError(
+                f"hccl {op}: a tensor on {t.device}, but this rank's device is npu:{own}. HCCL runs one "
+                "device per process (torch_npu: 'ProcessGroupHCCL support one device per process only'): "
+                "call torch.npu.set_device(local_rank) before init_process_group and keep every tensor "
+                "of the collective on that device."
+            )
 
 
 def _cpu_alias_all(tensors):
@@ -79,22 +94,50 @@ def _work(inner, result, after=None):
 
     try:
         fut = inner.get_future()
-    except RuntimeError:  # gloo's send/recv works have no future
-        return _PendingWork(inner, result)
+    except RuntimeError:  # gloo's send/recv and _reduce_scatter_base works have no future
+        return _PendingWork(inner, result, after)
     return _create_work_from_future(fut.then(finish))
 
 
-class _PendingWork(dist._Work):
-    """Wraps a gloo work without a future (send/recv): nothing blocks until ``wait()``, as ``isend`` expects."""
+def _work_all(inners, result, after=None):
+    """One c10d work for several gloo works (coalesced collectives that gloo runs one by one)."""
+    if len(inners) == 1:
+        return _work(inners[0], result, after)
 
-    def __init__(self, inner, result):
+    def finish(fut):
+        for f in fut.value():
+            f.value()  # re-raises gloo's error, if any
+        if after is not None:
+            after()
+        return result
+
+    futs = torch.futures.collect_all([w.get_future() for w in inners])
+    return _create_work_from_future(futs.then(finish))
+
+
+class _PendingWork(dist._Work):
+    """Wraps a gloo work without a future (send/recv, ``_reduce_scatter_base``): nothing blocks until
+    ``wait()``, as ``isend`` expects; ``after`` runs in the first ``wait()``."""
+
+    def __init__(self, inner, result, after=None):
         super().__init__()
-        self._inner, self._result = inner, result
+        self._inner, self._result, self._after = inner, result, after
+        self._done: bool | None = None
 
     def wait(self, timeout=None) -> bool:
+        # gloo's inner wait() is called once: a second wait() of a _reduce_scatter_base work copies its sum
+        # into the output again (undoing AVG's division when, say, a recorder waited on it first)
+        if self._done is not None:
+            return self._done
         if timeout is None or not timeout:  # c10d's "no timeout" arrives as a zero timedelta
-            return self._inner.wait()
-        return self._inner.wait(timeout)
+            done = self._inner.wait()
+        else:
+            done = self._inner.wait(timeout)
+        self._done = done
+        if self._after is not None:  # ReduceOp.AVG's division, once the sum has landed
+            after, self._after = self._after, None
+            after()
+        return done
 
     def is_completed(self) -> bool:
         return self._inner.is_completed()
@@ -137,6 +180,10 @@ class EmulatedHcclProcessGroup(dist.ProcessGroup):
         self._rank, self._size = rank, size
         self._gloo = _make_gloo(store, rank, size, timeout)
         self._cpu_ok: bool | None = None
+        # c10d keeps a group's name on its backends ("ProcessGroup name not set" without one): DeviceMesh,
+        # DTensor and functional collectives find groups by name. The gloo underneath holds it; the
+        # collectives still reach this class's methods (c10d calls the Python overrides, not the backend).
+        self._register_backend(torch.device(DEVICE), dist.ProcessGroup.BackendType.CUSTOM, self._gloo)
 
     # -- which tensors this group takes -------------------------------------------------------------------
     def _serves_cpu(self) -> bool:
@@ -149,17 +196,22 @@ class EmulatedHcclProcessGroup(dist.ProcessGroup):
             self._cpu_ok = any(part.split(":")[0].strip() == "cpu" for part in config.split(",") if ":" in part)
         return self._cpu_ok
 
-    def _gloo_args(self, op: str, *parts):
+    def _gloo_args(self, op: str, *parts, opts=None, splits: bool | None = None):
         """The tensors gloo runs on, part by part (a part: a list of tensors or a list of such lists).
 
         ``npu`` tensors become CPU aliases of the same memory. CPU tensors pass only where the group takes
         them, and only when the whole call is on the CPU (one collective runs on one device's backend).
+        HCCL's rules (``hccl_rules.py``: dtypes, ``ReduceOp``, contiguity, all_to_all splits) are checked
+        on ``npu`` calls, with the reduce op of ``opts`` and whether all_to_all got split sizes (``splits``).
         """
         flat = [t for p in parts for x in p for t in (x if isinstance(x, (list, tuple)) else (x,))]
         if flat and all(isinstance(t, torch.Tensor) and t.device.type == "cpu" for t in flat):
             if self._serves_cpu():
                 return parts if len(parts) > 1 else parts[0]
         _check(op, flat)
+        reduce_op = getattr(getattr(opts, "reduceOp", None), "op", None)
+        hccl_rules.check_collective(op, flat, reduce_op=getattr(reduce_op, "name", None), split_sizes=splits,
+                                    group_size=self._size)
         out = [[_cpu_alias_all(x) if isinstance(x, (list, tuple)) else _cpu_alias(x) for x in p] for p in parts]
         return out if len(out) > 1 else out[0]
 
@@ -184,14 +236,16 @@ class EmulatedHcclProcessGroup(dist.ProcessGroup):
     # -- collectives -----------------------------------------------------------------------------------------
     def allreduce(self, tensors, opts=None):
         opts = opts if opts is not None else dist.AllreduceOptions()
+        args = self._gloo_args("all_reduce", tensors, opts=opts)
         avg = _reduce_opts_avg(opts)
-        work = self._gloo.allreduce(self._gloo_args("all_reduce", tensors), opts)
+        work = self._gloo.allreduce(args, opts)
         return _work(work, tensors, _divider(tensors, self._size) if avg else None)
 
     def allreduce_coalesced(self, tensors, opts=None):
         opts = opts if opts is not None else dist.AllreduceCoalescedOptions()
+        args = self._gloo_args("all_reduce_coalesced", tensors, opts=opts)
         avg = _reduce_opts_avg(opts)
-        work = self._gloo.allreduce_coalesced(self._gloo_args("all_reduce_coalesced", tensors), opts)
+        work = self._gloo.allreduce_coalesced(args, opts)
         return _work(work, tensors, _divider(tensors, self._size) if avg else None)
 
     def broadcast(self, tensors, opts=None):
@@ -200,9 +254,10 @@ class EmulatedHcclProcessGroup(dist.ProcessGroup):
 
     def reduce(self, tensors, opts=None):
         opts = opts if opts is not None else dist.ReduceOptions()
+        args = self._gloo_args("reduce", tensors, opts=opts)
         avg = _reduce_opts_avg(opts)
         after = _divider(tensors, self._size) if avg and self._rank == opts.rootRank else None
-        return _work(self._gloo.reduce(self._gloo_args("reduce", tensors), opts), tensors, after)
+        return _work(self._gloo.reduce(args, opts), tensors, after)
 
     def allgather(self, output_lists, inputs, opts=None):
         opts = opts if opts is not None else dist.AllgatherOptions()
@@ -222,23 +277,33 @@ class EmulatedHcclProcessGroup(dist.ProcessGroup):
     _allgather_base = all_gather_single  # the pre-2.10 name
 
     def all_gather_single_coalesced(self, outputs, inputs, opts=None):
+        # gloo has no coalesced all-gather into tensors (DTensor and funcol's *_coalesced use it): one each
         opts = opts if opts is not None else dist.AllgatherOptions()
         outs, ins = self._gloo_args("all_gather_into_tensor", outputs, inputs)
-        return _work(self._gloo.allgather_into_tensor_coalesced(outs, ins, opts), outputs)
+        return _work_all([self._gloo._allgather_base(o, i, opts) for o, i in zip(outs, ins, strict=True)], outputs)
 
     allgather_into_tensor_coalesced = all_gather_single_coalesced
 
+    def reduce_scatter_single_coalesced(self, outputs, inputs, opts=None):
+        opts = opts if opts is not None else dist.ReduceScatterOptions()
+        outs, ins = self._gloo_args("reduce_scatter_tensor", outputs, inputs, opts=opts)
+        avg = _reduce_opts_avg(opts)
+        works = [self._gloo._reduce_scatter_base(o, i, opts) for o, i in zip(outs, ins, strict=True)]
+        return _work_all(works, outputs, _divider(outputs, self._size) if avg else None)
+
+    reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
+
     def reduce_scatter(self, outputs, input_lists, opts=None):
         opts = opts if opts is not None else dist.ReduceScatterOptions()
+        outs, ins = self._gloo_args("reduce_scatter", outputs, input_lists, opts=opts)
         avg = _reduce_opts_avg(opts)
-        outs, ins = self._gloo_args("reduce_scatter", outputs, input_lists)
         work = self._gloo.reduce_scatter(outs, ins, opts)
         return _work(work, outputs, _divider(outputs, self._size) if avg else None)
 
     def reduce_scatter_single(self, output, input, opts=None):
         opts = opts if opts is not None else dist.ReduceScatterOptions()
+        (out,), (inp,) = self._gloo_args("reduce_scatter_tensor", [output], [input], opts=opts)
         avg = _reduce_opts_avg(opts)
-        (out,), (inp,) = self._gloo_args("reduce_scatter_tensor", [output], [input])
         work = self._gloo._reduce_scatter_base(out, inp, opts)
         return _work(work, [output], _divider([output], self._size) if avg else None)
 
@@ -247,6 +312,8 @@ class EmulatedHcclProcessGroup(dist.ProcessGroup):
     def gather(self, output_lists, inputs, opts=None):
         opts = opts if opts is not None else dist.GatherOptions()
         outs, ins = self._gloo_args("gather", output_lists, inputs)
+        if self._rank == opts.rootRank and not all(t.device.type == "cpu" for t in inputs):
+            hccl_rules.check_gather()  # torch_npu runs dist.gather as an all_gather, with a warning
         return _work(self._gloo.gather(outs, ins, opts), output_lists)
 
     def scatter(self, outputs, input_lists, opts=None):
@@ -256,7 +323,8 @@ class EmulatedHcclProcessGroup(dist.ProcessGroup):
 
     def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts=None):
         opts = opts if opts is not None else dist.AllToAllOptions()
-        (out,), (inp,) = self._gloo_args("all_to_all_single", [output], [input])
+        splits = bool(output_split_sizes) or bool(input_split_sizes)
+        (out,), (inp,) = self._gloo_args("all_to_all_single", [output], [input], splits=splits)
         work = self._gloo.alltoall_base(out, inp, output_split_sizes, input_split_sizes, opts)
         return _work(work, [output])
 
@@ -274,7 +342,7 @@ class EmulatedHcclProcessGroup(dist.ProcessGroup):
         return _work(self._gloo.recv(self._gloo_args("recv", tensors), src, tag), tensors)
 
     def recv_anysource(self, tensors, tag: int = 0):
-        return _work(self._gloo.recv_anysource(self._gloo_args("recv", tensors), tag), tensors)
+        return _work(self._gloo.recv_anysource(self._gloo_args("recv_anysource", tensors), tag), tensors)
 
     def shutdown(self) -> None:
         self._gloo = None
@@ -296,10 +364,110 @@ def _make_gloo(store, rank: int, size: int, timeout: datetime.timedelta):
 
 
 def _create(backend_opts, pg_options=None):
+    if os.environ.get("LOCAL_WORLD_SIZE", "").isdigit():  # set by torchrun: the ranks on this server
+        hccl_rules.check_ranks_per_node(int(os.environ["LOCAL_WORLD_SIZE"]))
     timeout = backend_opts.timeout
     if not isinstance(timeout, datetime.timedelta):
         timeout = datetime.timedelta(seconds=1800)
+    _check_rendezvous(backend_opts.store, backend_opts.group_rank, backend_opts.group_size,
+                      getattr(backend_opts, "global_ranks_in_group", None) or [])
+    if not backend_opts.global_ranks_in_group:  # the default group: the rank table, if the job has one
+        from ascendify.emulator.distributed import ranktable
+
+        ranktable.check_group(backend_opts.group_rank, backend_opts.group_size)
     return EmulatedHcclProcessGroup(backend_opts.store, backend_opts.group_rank, backend_opts.group_size, timeout)
+
+
+CONNECT_TIMEOUT_S = 120  # HCCL_CONNECT_TIMEOUT's default (seconds): how long HCCL waits to link the ranks
+
+
+def connect_timeout() -> float:
+    """``HCCL_CONNECT_TIMEOUT`` (seconds), as HCCL reads it; the default 120."""
+    try:
+        return float(os.environ.get("HCCL_CONNECT_TIMEOUT", CONNECT_TIMEOUT_S))
+    except ValueError:
+        return CONNECT_TIMEOUT_S
+
+
+def _check_rendezvous(store, rank: int, size: int, global_ranks: list[int]) -> None:
+    """Every rank of the group states its group size in the store and reads the others' before gloo links up.
+
+    A rank that never comes is reported after ``HCCL_CONNECT_TIMEOUT`` (HCCL's link-setup timeout) naming
+    the missing ranks, instead of gloo waiting for the whole process-group timeout (30 minutes); ranks that
+    disagree on the world size are reported at once (gloo could otherwise pair them and compute wrong sums).
+    """
+    import time
+
+    def glob(r: int) -> int:
+        return global_ranks[r] if r < len(global_ranks) else r
+
+    key = "ascendify_hccl_size/{}"
+    store.set(key.format(rank), str(size))
+    deadline = time.monotonic() + connect_timeout()
+    missing: list[int] = []
+    for r in range(size):
+        k = key.format(r)
+        while True:
+            try:
+                store.wait([k], datetime.timedelta(seconds=max(0.05, min(1.0, deadline - time.monotonic()))))
+                break
+            except (RuntimeError, dist.DistStoreError):
+                if time.monotonic() >= deadline:
+                    missing.append(r)
+                    break
+        if missing:
+            continue
+        theirs = int(store.get(k).decode())
+        if theirs != size:
+            raise RuntimeError(
+                f"hccl: mismatched world_size: rank {glob(r)} joined with world_size={theirs}, this rank "
+                f"({glob(rank)}) with world_size={size}. Every rank must pass the same world_size "
+                "(WORLD_SIZE / RANK_SIZE) to init_process_group."
+            )
+    if missing:
+        names = ", ".join(str(glob(r)) for r in missing[:16]) + (" ..." if len(missing) > 16 else "")
+        raise RuntimeError(
+            f"hccl: the rendezvous did not complete: rank(s) {names} of {size} did not join within "
+            f"HCCL_CONNECT_TIMEOUT={connect_timeout():g}s (this is rank {glob(rank)}). Check that every rank "
+            "was started, with the same MASTER_ADDR/MASTER_PORT and world size; a real HCCL job fails the "
+            "same way after HCCL_CONNECT_TIMEOUT (default 120 s)."
+        )
+
+
+def _bounded_store(original):
+    """torch's ``_create_c10d_store`` (env:// and tcp:// rendezvous) with the wait for the other ranks bounded by
+    ``HCCL_CONNECT_TIMEOUT`` instead of the whole process-group timeout (30 minutes by default), and a message
+    that says what went wrong when the port is taken or the ranks never all arrive. Later store operations
+    keep the caller's timeout."""
+
+    def _create_c10d_store(hostname, port, rank, world_size, timeout, use_libuv=True):
+        limit = datetime.timedelta(seconds=connect_timeout())
+        short = min(timeout, limit) if isinstance(timeout, datetime.timedelta) else limit
+        try:
+            store = original(hostname, port, rank, world_size, short, use_libuv)
+        except RuntimeError as exc:
+            text = str(exc)
+            if "EADDRINUSE" in text or "already in use" in text:
+                msg = (f"hccl: MASTER_PORT {port} on {hostname} is already in use by another process: pick a "
+                       f"free port (MASTER_PORT, torchrun --master-port). [{text.strip().splitlines()[0]}]")
+            elif "imed out" in text or "timeout" in text:
+                msg = (f"hccl: the rendezvous at {hostname}:{port} did not complete: not all {world_size} ranks "
+                       f"arrived within HCCL_CONNECT_TIMEOUT={limit.total_seconds():g}s (this is rank {rank}). "
+                       "Check that every rank was started with the same MASTER_ADDR/MASTER_PORT and "
+                       f"world size. [{text.strip().splitlines()[0]}]")
+            else:
+                raise
+            try:
+                err = type(exc)(msg)
+            except TypeError:
+                err = RuntimeError(msg)
+            raise err from exc
+        if isinstance(timeout, datetime.timedelta) and short != timeout:
+            store.set_timeout(timeout)
+        return store
+
+    _create_c10d_store.__wrapped__ = original
+    return _create_c10d_store
 
 
 _installed = False
@@ -317,6 +485,10 @@ def install() -> None:
     from ascendify.emulator import runtime
 
     runtime.patches.set(dist, "is_hccl_available", is_hccl_available)
+    import importlib
+
+    rdzv = importlib.import_module("torch.distributed.rendezvous")  # the attribute is the function rendezvous()
+    runtime.patches.set(rdzv, "_create_c10d_store", _bounded_store(rdzv._create_c10d_store))
     _installed = True
 
 

@@ -33,6 +33,9 @@ def _warn_once(key: str, message: str) -> None:
         warnings.warn(message, RuntimeWarning, stacklevel=_user_stacklevel())
 
 
+warn_once = _warn_once  # for the other checks of the package (distributed/hccl_rules.py)
+
+
 _LIB_DIRS = (os.sep + "ascendify" + os.sep + "emulator" + os.sep, os.sep + "torch" + os.sep)
 
 

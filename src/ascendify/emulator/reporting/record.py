@@ -22,7 +22,7 @@ class Recorder:
             info.calls = 0
         if hasattr(self, "ops"):
             for c in (self.ops, self.no_npu_kernel, self.rejected, self.unsupported_apis, self.float64,
-                      self.fp16_overflow, self.warned):
+                      self.fp16_overflow, self.hccl_rules, self.warned):
                 c.clear()
             return
         self.ops: Counter = Counter()  # op object (or name) -> calls
@@ -32,6 +32,7 @@ class Recorder:
         self.unsupported_apis: Counter = Counter()  # "torch.nn.functional.pdist" -> calls
         self.float64: Counter = Counter()  # op name -> events
         self.fp16_overflow: Counter = Counter()  # op name -> events
+        self.hccl_rules: Counter = Counter()  # hccl_rules.json rule id -> violations (fidelity "warn")
         self.warned: set[str] = set()
 
     def op_counts(self) -> dict[str, int]:

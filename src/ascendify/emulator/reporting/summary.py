@@ -26,6 +26,7 @@ def build() -> dict:
         "unsupported_apis": dict(rec.unsupported_apis.most_common()),
         "float64_events": dict(rec.float64.most_common()),
         "fp16_overflow_events": dict(rec.fp16_overflow.most_common()),
+        "hccl_rule_violations": dict(rec.hccl_rules.most_common()),
         "peak_memory_bytes": max((d["peak_bytes"] for d in devices), default=0),
         "memory": devices,
     }
@@ -46,13 +47,15 @@ def render(rep: dict, console=None, top: int = 10) -> None:
     t.add_row("APIs unsupported on every chip", str(sum(rep["unsupported_apis"].values())))
     t.add_row("float64 events", str(sum(rep["float64_events"].values())))
     t.add_row("fp16 overflow events", str(sum(rep["fp16_overflow_events"].values())))
+    t.add_row("HCCL rule violations", str(sum(rep.get("hccl_rule_violations", {}).values())))
     t.add_row("peak device memory", format_bytes(rep["peak_memory_bytes"]))
     console.print(t)
     for key, title in (("cpu_fallback_on_npu", "ops with no NPU kernel (CPU fallback on hardware)"),
                        ("unsupported_apis", "APIs unsupported on every Ascend chip"),
                        ("float64_events", "float64 on npu"), ("fp16_overflow_events", "fp16/bf16 overflow"),
+                       ("hccl_rule_violations", "HCCL rules a real NPU enforces (hccl_rules.json)"),
                        ("rejected", "rejected")):
-        if rep[key]:
+        if rep.get(key):
             d = Table(title=title, title_justify="left", min_width=60)
             d.add_column("name")
             d.add_column("count", justify="right")

@@ -7,7 +7,7 @@ import ast
 from ..dataflow import is_backend_name
 from ..model import MANUAL, UNSUPPORTED, Edit
 from ..portable import device_type_block
-from .base import NPU, PORTABLE, UNSAFE, Example, rule
+from .base import NPU, PORTABLE, REPORT_ONLY, UNSAFE, Example, rule
 
 _NCCL = {"nccl": "hccl", "NCCL": "HCCL"}
 
@@ -242,3 +242,111 @@ def cuda_visible_devices(ctx, node: ast.Constant) -> None:
     if seg[1:-1] != node.value:
         return ctx.change(node, [None], api="CUDA_VISIBLE_DEVICES")
     ctx.change(node, [ctx.replace(node, seg[0] + "ASCEND_RT_VISIBLE_DEVICES" + seg[-1])], api="CUDA_VISIBLE_DEVICES")
+
+
+# -- HCCL's rules (data/hccl_rules.json) that a call shows statically ----------------------------------------------
+
+_REDUCING = {
+    "torch.distributed.all_reduce": "allreduce", "torch.distributed.reduce": "reduce",
+    "torch.distributed.reduce_scatter": "reduce_scatter",
+    "torch.distributed.reduce_scatter_tensor": "_reduce_scatter_base",
+    "torch.distributed.all_reduce_coalesced": "allreduce_coalesced",
+}
+_F64 = {"torch.float64": "at::kDouble", "torch.double": "at::kDouble", "torch.complex128": "at::kDouble"}
+
+
+def _hccl_rule(rule_id: str) -> dict:
+    from ascendify.core import knowledge
+
+    return next(r for r in knowledge.load("hccl_rules")["rules"] if r["id"] == rule_id)
+
+
+def _kwarg(call: ast.Call, name: str) -> ast.AST | None:
+    return next((k.value for k in call.keywords if k.arg == name), None)
+
+
+def _visible_float64(ctx, node: ast.AST | None) -> bool:
+    """``torch.zeros(..., dtype=torch.float64)``, ``x.double()``, ``x.to(torch.float64)`` written in the call."""
+    if not isinstance(node, ast.Call):
+        return False
+    dt = _kwarg(node, "dtype")
+    if dt is not None and ctx.qname(dt) in _F64:
+        return True
+    if isinstance(node.func, ast.Attribute):
+        if node.func.attr == "double" and not node.args:
+            return True
+        if node.func.attr == "to" and any(ctx.qname(a) in _F64 for a in node.args):
+            return True
+    return False
+
+
+@rule(
+    "ASC305",
+    "hccl-rules",
+    "a collective that HCCL refuses (ReduceOp, dtype, recv without a source)",
+    safety=REPORT_ONLY,
+    hooks=("call",),
+    category="api",
+    doc="""
+    ## What it does
+    Reports `torch.distributed` calls that break one of HCCL's rules (`ascendify/data/hccl_rules.json`) where the
+    call itself shows it: `op=ReduceOp.BAND/BOR/BXOR` (refused by torch_npu), `op=ReduceOp.PRODUCT` (HCCL's
+    prod does not take int16 or bf16 on Atlas A2/A3), a float64 tensor written in a reducing collective
+    (`dist.all_reduce(x.double())`: HCCL reduces int8/16/32/64, fp16, fp32, bf16), `dist.recv(t)` without
+    `src`, and `dist.gather` (run as an all_gather by torch_npu: every rank receives every tensor).
+
+    ## Why
+    On the NPU these fail at run time ("Cannot use ReduceOp.BAND with HCCL", "HCCL allreduce: Unsupported
+    data type at::kDouble", "ProcessGroupHCCL does not support recv"), often deep into a job.
+
+    ## Example
+    `dist.all_reduce(flags, op=dist.ReduceOp.BOR)`
+
+    ## Use instead
+    BAND/BOR: `MIN`/`MAX` on 0/1 integer tensors; PRODUCT on bf16/int16: reduce in float32 (or sum of logs);
+    float64: reduce in float32; `recv(t, src=...)`; `gather`: `all_gather` (what runs anyway) or
+    `gather_object` for small data. `ascendify emulate --fidelity error` runs the same checks on every call.
+
+    ## Fix safety
+    Report only.
+    """,
+    examples=[
+        Example("import torch.distributed as dist\ndist.all_reduce(flags, op=dist.ReduceOp.BOR)\n", None),
+        Example("import torch.distributed as dist\nfrom torch.distributed import ReduceOp\n"
+                "dist.all_reduce(x, op=ReduceOp.PRODUCT)\n", None),
+        Example("import torch.distributed as dist\ndist.all_reduce(loss.double())\n", None),
+        Example("import torch.distributed as dist\ndist.recv(buf)\n", None),
+    ],
+)
+def hccl_rules(ctx, call: ast.Call) -> None:
+    q = ctx.qname(call.func)
+    if q in _REDUCING:
+        op = _kwarg(call, "op")
+        if op is None and q == "torch.distributed.all_reduce" and len(call.args) > 1:
+            op = call.args[1]
+        name = (ctx.qname(op) or "").rsplit(".", 1)[-1] if op is not None else ""
+        bitwise = _hccl_rule("reduce_op.bitwise")
+        if name in bitwise["refused_ops"]:
+            ctx.report(call, api=f"{q}(op=ReduceOp.{name})", severity=UNSUPPORTED,
+                       reason=bitwise["message"].format(reduce_op=name) + " (torch_npu refuses it)",
+                       tip="on 0/1 integer tensors BAND is MIN and BOR is MAX; BXOR: SUM then % 2")
+        elif name == "PRODUCT":
+            prod = _hccl_rule("reduce_op.prod_dtypes")
+            ctx.report(call, api=f"{q}(op=ReduceOp.PRODUCT)", severity=MANUAL,
+                       reason="HCCL's prod reduction refuses " + " and ".join(prod["refused_dtypes"])
+                              + " on Atlas A2/A3 (error code 5)",
+                       tip="make sure the tensor is float16/float32/int32/int64, or reduce in float32")
+        if any(_visible_float64(ctx, a) for a in call.args[:2]):  # the tensor (and the input of *_scatter)
+            fn = _REDUCING[q]
+            ctx.report(call, api=q, severity=UNSUPPORTED,
+                       reason=f"HCCL {fn}: Unsupported data type at::kDouble (HCCL reduces int8/16/32/64, "
+                              "fp16, fp32, bf16)",
+                       tip="reduce in float32 and convert afterwards")
+    elif q in ("torch.distributed.recv", "torch.distributed.irecv"):
+        if len(call.args) < 2 and _kwarg(call, "src") is None and _kwarg(call, "group_src") is None:
+            ctx.report(call, api=q, severity=UNSUPPORTED, reason=_hccl_rule("collective.recv_anysource")["message"]
+                       + " without a source rank", tip="pass src=<rank>")
+    elif q == "torch.distributed.gather":
+        ctx.report(call, api=q, severity=MANUAL, reason=_hccl_rule("collective.gather")["message"],
+                   tip="every rank receives every tensor (world_size x the memory); use all_gather, or "
+                       "gather_object for small data")

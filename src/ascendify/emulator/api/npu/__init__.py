@@ -88,7 +88,9 @@ def device_count() -> int:
 
 
 def current_device() -> int:
-    return runtime.current_device[0]
+    """The current index; 0 in single-device mode (torchrun), where every ``npu:N`` is device 0: FSDP2,
+    DeviceMesh and DTensor place tensors on ``npu:current_device()`` and compare with where they landed."""
+    return 0 if _settings.single_device else runtime.current_device[0]
 
 
 def set_device(device) -> None:
