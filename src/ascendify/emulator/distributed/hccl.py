@@ -299,7 +299,10 @@ def _create(backend_opts, pg_options=None):
     timeout = backend_opts.timeout
     if not isinstance(timeout, datetime.timedelta):
         timeout = datetime.timedelta(seconds=1800)
-    return EmulatedHcclProcessGroup(backend_opts.store, backend_opts.group_rank, backend_opts.group_size, timeout)
+    from ascendify.emulator.distributed import desync  # ranks out of step: an error naming them, not a hang
+
+    return desync.attach(EmulatedHcclProcessGroup(backend_opts.store, backend_opts.group_rank,
+                                                  backend_opts.group_size, timeout), backend_opts.store)
 
 
 _installed = False
