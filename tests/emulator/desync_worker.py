@@ -55,7 +55,7 @@ elif case == "ok":
         opt.zero_grad()
         model(torch.randn(8, 4, device="npu")).sum().backward()
         opt.step()
-    time.sleep(3 * 0.2)  # a few watchdog rounds: the check compares everything issued
+    time.sleep(3 * 0.5)  # a few watchdog rounds: the check compares everything issued
     dist.barrier()
     from ascendify.emulator.distributed import desync
 

@@ -117,3 +117,47 @@ def test_fingerprints_compare_what_must_agree():
     assert root[0] == leaf[0]
     assert desync.timeout_seconds({}) == desync.DEFAULT_TIMEOUT and desync.timeout_seconds({desync.TIMEOUT_ENV: "0"}) == 0
     assert not desync.enabled({desync.ENV: "0"}) and desync.enabled({})
+
+
+def test_two_ranks_sequences_meet_in_the_store_and_the_first_difference_is_named():
+    import torch
+    import torch.distributed as dist
+
+    store = dist.HashStore()
+    r0, r1 = (desync.Checker(store, r, 2, timeout=1.0) for r in (0, 1))
+    opts = dist.AllreduceOptions()
+    for c in (r0, r1):
+        c.record("all_reduce", "all", ([torch.ones(4)], opts))
+        c.done(0)
+    r0.record("all_reduce", "all", ([torch.ones(2)], opts))
+    r1.record("barrier", "none", (dist.BarrierOptions(),))
+    for c in (r0, r1):
+        c.publish()
+    for c in (r0, r1):
+        c.fetch()
+    assert r0.first_difference() == r1.first_difference() == 1
+    here = f"{os.path.relpath(__file__)}:"
+    msg = r0.mismatch_message(1)
+    assert "collective #2 differs" in msg
+    assert f"rank 0: #2 all_reduce(float32[2], op=SUM) at {here}" in msg and f"rank 1: #2 barrier() at {here}" in msg
+    assert "#1: rank 0 all_reduce(float32[4], op=SUM)" in msg  # the calls before it
+    # rank 0 waits in its #3 beyond the timeout; rank 1 never issued a #3
+    r0.record("broadcast", "all", ([torch.ones(1)], dist.BroadcastOptions()))
+    r0.inflight = {2: r0.inflight[2] - 5}
+    r0.publish()
+    assert r0.overdue(time.monotonic()) == (2, [1])
+    assert "rank 1: not there (its last: #2 barrier() at" in r0.hang_message(2, [1], 5.0)
+
+
+def test_function_path_fingerprints_match_the_process_groups():
+    import torch
+    import torch.distributed as dist
+
+    t = torch.ones(4)
+    agree, args = desync._function_args("all_reduce", "all", (t,), {})
+    assert desync.fingerprint("all_reduce", agree, args) == desync.fingerprint(
+        "all_reduce", "all", ([t], dist.AllreduceOptions()))
+    opts = dist.AllreduceOptions()
+    opts.reduceOp = dist.ReduceOp.MAX
+    agree, args = desync._function_args("all_reduce", "all", (t,), {"op": dist.ReduceOp.MAX})
+    assert desync.fingerprint("all_reduce", agree, args)[0] == desync.fingerprint("all_reduce", "all", ([t], opts))[0]

@@ -41,7 +41,7 @@ import torch
 ENV = "ASCENDIFY_CHECK_COLLECTIVES"
 TIMEOUT_ENV = "ASCENDIFY_COLLECTIVE_TIMEOUT"
 DEFAULT_TIMEOUT = 10.0
-POLL = 0.2  # seconds between two rounds of the watchdog
+POLL = 0.5  # seconds between two rounds of the watchdog
 NS = "ascendify_desync"
 EXIT_STATUS = 1
 CONTEXT = 3  # calls shown before the first difference
@@ -175,7 +175,8 @@ class Checker:
         self.peers: dict[int, list] = {p: [] for p in range(size) if p != rank}
         self.verified = 0
         self.failed = False
-        self.lock = threading.Lock()
+        self.lock = threading.Lock()  # the sequence (the collective's thread appends)
+        self.io = threading.RLock()  # the store exchange (the watchdog, and the exit check in the main thread)
 
     # -- the collective's side (hot path) -------------------------------------------------------------------
     def record(self, op: str, agree: str, args) -> int:
@@ -207,20 +208,41 @@ class Checker:
         return f"{NS}/{rank}/{k}"
 
     def publish(self) -> None:
+        """Put this rank's new entries and its count in the store (one round trip)."""
+        with self.io:
+            self._publish()
+
+    def _publish(self) -> None:
         with self.lock:
             new = self.seq[self.published:]
             start = self.published
-        for i, entry in enumerate(new):
-            self.store.set(self._key(self.rank, start + i), json.dumps(entry))
+        if not new:
+            return
+        keys = [self._key(self.rank, start + i) for i in range(len(new))] + [f"{NS}/n/{self.rank}"]
+        values = [json.dumps(e) for e in new] + [str(start + len(new))]
+        self.store.multi_set(keys, values)
         self.published = start + len(new)
 
     def fetch(self) -> None:
-        for p, seq in self.peers.items():
-            while True:
-                key = self._key(p, len(seq))
-                if not self.store.check([key]):
-                    break
-                seq.append(tuple(json.loads(self.store.get(key))))
+        """Read the peers' new entries (two or three round trips, whatever their number)."""
+        with self.io:
+            self._fetch()
+
+    def _fetch(self) -> None:
+        peers = list(self.peers)
+        counters = [f"{NS}/n/{p}" for p in peers]
+        if not self.store.check(counters):  # some peer has published nothing yet
+            present = [(p, k) for p, k in zip(peers, counters, strict=True) if self.store.check([k])]
+            if not present:
+                return
+            peers, counters = [p for p, _ in present], [k for _, k in present]
+        counts = [int(v) for v in self.store.multi_get(counters)]
+        want = [(p, k) for p, n in zip(peers, counts, strict=True) for k in range(len(self.peers[p]), n)]
+        if not want:
+            return
+        values = self.store.multi_get([self._key(p, k) for p, k in want])
+        for (p, _), v in zip(want, values, strict=True):
+            self.peers[p].append(tuple(json.loads(v)))
 
     def first_difference(self) -> int | None:
         """The first position where a peer's call differs from this rank's (None: none so far)."""
@@ -367,6 +389,8 @@ def _watch() -> None:
 def _round(c: Checker) -> None:
     if c.store.check([f"{NS}/abort"]):
         _stop_reported(c)
+    if c.verified == len(c.seq) and not c.inflight:
+        return  # nothing issued since everything was compared: nothing to publish or compare
     c.publish()
     c.fetch()
     k = c.first_difference()
@@ -512,17 +536,26 @@ FUNCTIONS = {
 }
 
 _fn_checkers: dict = {}
+function_patches = None  # the Patches of install_function_wrappers, when the command line asked for it
 
 
-def install_function_wrappers(patches) -> None:
+def install_function_wrappers(patches=None):
     """Check the collectives called through ``torch.distributed``'s functions, on any backend (a real NPU's
-    ``hccl`` included), through ``patches`` (an :class:`ascendify.core.patching.Patches`)."""
+    ``hccl`` included), through ``patches`` (an :class:`ascendify.core.patching.Patches`; a new one by default,
+    returned: ``restore()`` undoes it)."""
+    global function_patches
     import torch.distributed as dist
+
+    if patches is None:
+        from ascendify.core.patching import Patches
+
+        patches = function_patches = function_patches or Patches()
 
     for name, agree in FUNCTIONS.items():
         fn = getattr(dist, name, None)
         if fn is not None and not hasattr(fn, "__ascendify_desync__"):
             patches.set(dist, name, _function_wrapper(dist, fn, name, agree))
+    return patches
 
 
 def _function_wrapper(dist, fn, name: str, agree: str):
