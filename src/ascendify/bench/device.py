@@ -5,6 +5,10 @@ emulated NPU. It goes through ``torch.get_device_module(type)`` (``torch.cuda``,
 ``synchronize``, ``reset_peak_memory_stats``, ``max_memory_allocated`` and ``Event``, so it needs no per-device
 code beyond choosing the device.
 
+Peak memory: on a device, its allocator's peak (``max_memory_allocated`` after ``reset_peak_memory_stats``; the
+emulated NPU's counts the bytes its tensors hold). On the CPU, which has no allocator statistics, the increase of
+the process's peak resident memory over the run (:class:`HostPeak`); ``peak_memory_measure`` says which.
+
 Timing: on an asynchronous device (CUDA, a real NPU) every step is bracketed by device events, read after one
 synchronisation at the end of a window, so timing does not serialise the host and the device; the window's
 wall time is taken between two ``synchronize()`` calls. The CPU and the emulated NPU are synchronous: a
@@ -20,9 +24,70 @@ import time
 
 from ascendify.device.placement import DeviceError, enable_emulated_npu
 
-__all__ = ["EMULATED_LABEL", "BenchDevice", "DeviceError", "EventTimer", "StepTimer", "WallTimer", "resolve"]
+__all__ = ["EMULATED_LABEL", "BenchDevice", "DeviceError", "EventTimer", "HostPeak", "StepTimer", "WallTimer",
+           "resolve"]
 
 EMULATED_LABEL = "emulated: host speed, not NPU speed"
+
+
+class HostPeak:
+    """The increase of this process's peak resident memory (RSS) since :meth:`start`, for the CPU.
+
+    Where Linux lets a process reset its peak (writing ``5`` to ``/proc/self/clear_refs``, Linux >= 4.0), the
+    peak is ``VmHWM`` after the run minus ``VmRSS`` at its start: exact for the run. Elsewhere,
+    ``resource.getrusage``'s ``ru_maxrss`` after minus before: a lower bound, 0 when an earlier part of the
+    process had peaked higher. :attr:`measure` names the one used.
+    """
+
+    PROC = "/proc/self/status"
+    RESET = "/proc/self/clear_refs"
+
+    def __init__(self):
+        self.measure = ""
+        self._base = 0
+
+    def start(self) -> None:
+        rss = self._status_kib("VmRSS")
+        if rss is not None and self._reset_hwm() and self._status_kib("VmHWM") is not None:
+            self.measure = "process peak RSS increase (VmHWM reset at the run's start, minus VmRSS then)"
+            self._base = rss * 1024
+            return
+        self.measure = "process peak RSS increase (ru_maxrss delta: a lower bound)"
+        self._base = _maxrss_bytes()
+
+    def peak_bytes(self) -> int:
+        if self.measure.startswith("process peak RSS increase (VmHWM"):
+            hwm = self._status_kib("VmHWM")
+            return max((hwm or 0) * 1024 - self._base, 0)
+        return max(_maxrss_bytes() - self._base, 0)
+
+    @classmethod
+    def _status_kib(cls, key: str) -> int | None:
+        try:
+            with open(cls.PROC) as f:
+                for line in f:
+                    if line.startswith(key + ":"):
+                        return int(line.split()[1])
+        except (OSError, ValueError, IndexError):
+            return None
+        return None
+
+    @classmethod
+    def _reset_hwm(cls) -> bool:
+        try:
+            with open(cls.RESET, "w") as f:
+                f.write("5")
+            return True
+        except OSError:
+            return False
+
+
+def _maxrss_bytes() -> int:
+    import resource
+    import sys
+
+    r = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return r if sys.platform == "darwin" else r * 1024  # bytes on macOS, KiB elsewhere
 
 
 @dataclasses.dataclass
@@ -30,6 +95,14 @@ class BenchDevice:
     type: str  # "cpu", "cuda", "npu"
     name: str  # "NVIDIA A100-SXM4-80GB", "Ascend910B3", the CPU model
     emulated: bool = False
+
+    @property
+    def host_peak(self) -> HostPeak:
+        """The CPU's peak-memory measure (one per device object, kept out of the dataclass fields)."""
+        peak = self.__dict__.get("_host_peak")
+        if peak is None:
+            peak = self.__dict__["_host_peak"] = HostPeak()
+        return peak
 
     @property
     def torch_device(self):
@@ -63,11 +136,21 @@ class BenchDevice:
     def reset_peak_memory(self) -> None:
         if self.has_memory_stats:
             self.module().reset_peak_memory_stats()
+        else:
+            self.host_peak.start()
 
-    def peak_memory_bytes(self) -> int | None:
+    def peak_memory_bytes(self) -> int:
         if not self.has_memory_stats:
-            return None
+            return self.host_peak.peak_bytes()
         return int(self.module().max_memory_allocated())
+
+    @property
+    def peak_memory_measure(self) -> str:
+        """What :meth:`peak_memory_bytes` measures (after :meth:`reset_peak_memory`)."""
+        if self.has_memory_stats:
+            who = "the emulator's count of npu tensor bytes" if self.emulated else f"the {self.type} allocator"
+            return f"device max_memory_allocated ({who})"
+        return self.host_peak.measure
 
     def memory_capacity_bytes(self) -> int | None:
         if self.type == "cpu":

@@ -94,6 +94,7 @@ class Record:
     latency_ms: dict[str, float] | None = None  # p50, p90, p99, mean of single steps
     step_ms_warmup: list[float] | None = None  # the warm-up steps (first: compilation, allocation)
     peak_memory_bytes: int | None = None
+    peak_memory_measure: str | None = None  # what peak_memory_bytes is (device allocator, host peak RSS...)
     memory_capacity_bytes: int | None = None
     flops_per_step: float | None = None
     achieved_tflops: float | None = None
@@ -371,6 +372,7 @@ def _measure(rec: Record, cfg: BenchConfig, dev: BenchDevice, model, step, next_
         rec.data_time_fraction = total_data / (total_data + sum(step_ms))
     dev.synchronize()
     rec.peak_memory_bytes = dev.peak_memory_bytes()
+    rec.peak_memory_measure = dev.peak_memory_measure
     rec.memory_capacity_bytes = dev.memory_capacity_bytes()
     if rec.flops_per_step:
         steps_per_s = rec.throughput / cfg.batch_size

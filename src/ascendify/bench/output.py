@@ -20,7 +20,7 @@ SCHEMA = "ascendify.bench/1"
 CSV_COLUMNS = [
     "model", "mode", "precision", "batch_size", "device", "device_name", "emulated", "status", "throughput",
     "throughput_unit", "throughput_min", "throughput_max", "latency_p50_ms", "latency_p90_ms", "latency_p99_ms",
-    "peak_memory_bytes", "mfu", "achieved_tflops", "flops_per_step", "data_time_fraction", "channels_last",
+    "peak_memory_bytes", "peak_memory_measure", "mfu", "achieved_tflops", "flops_per_step", "data_time_fraction", "channels_last",
     "compile", "steps", "warmup", "repeats", "threads", "label", "error",
 ]
 

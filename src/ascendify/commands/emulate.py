@@ -39,6 +39,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cann", metavar="VERSION", help="the CANN release whose HCCL rules hccl enforces (default 9.1.0)")
     p.add_argument("--json", metavar="FILE", help="write the summary as JSON (rank N > 0: NAME.rankN.json)")
     p.add_argument("-q", "--quiet", action="store_true", help="no summary table at exit")
+    p.add_argument("--no-check-collectives", dest="check_collectives", action="store_false",
+                   help="do not compare the ranks' collectives (on by default: ranks out of step stop with one "
+                        "message naming the ranks, calls and lines)")
+    p.add_argument("--collective-timeout", metavar="SECONDS",
+                   help="how long a rank may wait in a collective a peer has not reached (default 10; 0: no limit)")
     p.add_argument("-m", dest="module_args", nargs=argparse.REMAINDER, metavar="MODULE ...",
                    help="run a library module as a script (like python -m); what follows are its arguments")
     p.add_argument("program", nargs=argparse.REMAINDER, metavar="PROGRAM",
@@ -52,6 +57,10 @@ def _settings_env(args: argparse.Namespace) -> dict[str, str]:
         value = getattr(args, flag)
         if value is not None:
             env[f"ASCENDIFY_EMULATE_{var}"] = str(value)
+    if not getattr(args, "check_collectives", True):
+        env["ASCENDIFY_CHECK_COLLECTIVES"] = "0"
+    if getattr(args, "collective_timeout", None) is not None:
+        env["ASCENDIFY_COLLECTIVE_TIMEOUT"] = str(args.collective_timeout)
     return env
 
 
@@ -66,6 +75,8 @@ def run(args: argparse.Namespace) -> int:
         from ascendify.emulator.settings import Settings
 
         Settings.from_env({**os.environ, **settings})
+        if "ASCENDIFY_COLLECTIVE_TIMEOUT" in settings:
+            float(settings["ASCENDIFY_COLLECTIVE_TIMEOUT"])
     except ValueError as e:
         print(f"ascendify emulate: {e}", file=sys.stderr)
         return 2

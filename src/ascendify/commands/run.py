@@ -42,6 +42,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="raise at the call for unsupported APIs (annotations included) and unmappable devices")
     p.add_argument("--log", metavar="FILE", help="write the run report as JSON (rank N > 0: NAME.rankN.json)")
     p.add_argument("-q", "--quiet", action="store_true", help="no summary at exit")
+    p.add_argument("--check-collectives", action="store_true",
+                   help="compare the ranks' torch.distributed collectives (op, shapes, dtypes, line) through the "
+                        "process group's store: ranks out of step stop with one message naming them, not a hang "
+                        "(any backend, a real NPU's hccl included; on by default on the emulated npu; "
+                        "$ASCENDIFY_COLLECTIVE_TIMEOUT: seconds a rank may wait for a peer, default 10)")
     p.add_argument("--no-rewrite-checks", dest="rewrite_checks", action="store_false",
                    help="do not compile your own files with `x.type == \"cuda\"` / `get_backend() == \"nccl\"` "
                         "testing for the target (default: they are, in memory; see docs/auto.md)")
@@ -64,6 +69,7 @@ def run(args: argparse.Namespace) -> int:
     if prog.kind == "torchrun":
         flags = ["--to", target] + (["--strict"] if args.strict else []) + (["--quiet"] if args.quiet else [])
         flags += [] if args.rewrite_checks else ["--no-rewrite-checks"]
+        flags += ["--check-collectives"] if args.check_collectives else []
         if args.log:
             flags += ["--log", os.path.abspath(args.log)]
         return launch.run_torchrun(prog, flags)
@@ -80,6 +86,8 @@ def run(args: argparse.Namespace) -> int:
     except Exception as e:  # e.g. the emulator refused to start: say so, no traceback of ours
         print(f"ascendify run: cannot redirect to {target}: {e.__class__.__name__}: {e}", file=sys.stderr)
         return 2
+    if args.check_collectives:
+        _check_collectives()
     if prog.module is not None and not args.rewrite_checks:
         launch.scan_module(prog.module)
     from ascendify.commands import observe_if_asked
@@ -89,3 +97,11 @@ def run(args: argparse.Namespace) -> int:
         return launch.run_program(prog)
     finally:
         launch.finish(log=args.log, quiet=args.quiet)
+
+
+def _check_collectives() -> None:
+    """Wrap torch.distributed's collective functions with the cross-rank check (ascendify run --check-collectives)."""
+    os.environ["ASCENDIFY_CHECK_COLLECTIVES"] = "1"
+    from ascendify.emulator.distributed import desync
+
+    desync.install_function_wrappers()

@@ -1,21 +1,23 @@
-"""Clear errors where PyTorch's autograd engine cannot run backward on the emulated npu device.
+"""Run every npu backward on the caller's thread, as the CPU's runs, and explain what the engine cannot do.
 
-The engine gives each non-CPU device index a ready queue, sized once, at the first ``backward()`` of the
-process, from the device count of every registered device guard. The Python device guard of a Python backend
-(``torch._C._acc.DeviceGuard``) reports one device and cannot be told otherwise from Python, so:
+PyTorch's autograd engine runs the backward of a non-CPU device on a per-device worker thread, with one ready
+queue per device index, sized once, at the first ``backward()`` of the process, from the device count of every
+registered device guard. For the emulated npu that design costs and breaks things:
 
-- backward on ``npu:N`` with N > 0 fails (outside ``single_device`` mode, where every index is device 0);
-- after a ``backward()`` that ran before the emulator was enabled, every npu backward fails (no queue at all).
+- every backward hands its graph to that thread and waits for it: two thread switches per backward, and the
+  activations made by the caller's thread are read on another core (on a loaded 2-core machine this alone made
+  a batch-8 training step 1.6-1.7x the CPU's instead of 1.2x);
+- the Python device guard of a Python backend (``torch._C._acc.DeviceGuard``) reports one device, so backward
+  on ``npu:N`` with N > 0 failed an internal assert ("device_ready_queues_ ... INTERNAL ASSERT FAILED");
+- after a ``backward()`` that ran before the emulator was enabled there was no npu queue at all (same assert);
+- the device thread's intra-op thread count (an OpenMP setting of each thread) was fixed when it started.
 
-Both fail an internal assert of the engine ("device_ready_queues_ ... INTERNAL ASSERT FAILED ... please report
-a bug to PyTorch"). :func:`install` wraps the engine's Python entry point (``_engine_run_backward``, behind
-``Tensor.backward`` and ``torch.autograd.grad``) to turn that assert into an
-:class:`~ascendify.emulator.errors.EmulatorError` that says what to do.
-
-The engine runs npu backward nodes in its own device thread, whose intra-op thread count (an OpenMP setting of
-each thread) was fixed when the thread started: after ``torch.set_num_threads(n)`` the CPU's backward would use n
-threads and the npu's the old number, so the two stop agreeing bit for bit. The wrapper gives the root npu node a
-pre-hook that brings the device thread to the caller's count first (a C call, once per backward).
+:func:`install` wraps the engine's Python entry point (``_engine_run_backward``, behind ``Tensor.backward``,
+``torch.autograd.backward`` and ``torch.autograd.grad``) to run it with PyTorch's own thread-local switch
+``torch.autograd.set_multithreading_enabled(False)``: the engine then takes the caller's (CPU) ready queue for
+every node, as it does for CPU tensors. Results are the same (the same kernels in the same order); backward hooks
+run on the caller's thread. Code that calls the engine without that entry point still meets the assert, which
+:func:`explain` turns into an :class:`~ascendify.emulator.errors.EmulatorError` that says what to do.
 """
 
 from __future__ import annotations
@@ -54,27 +56,17 @@ def explain(err: RuntimeError, outputs) -> EmulatorError | None:
     return EmulatorError(f"autograd cannot run on the emulated npu device in this process: {LATE_ENABLE}")
 
 
-def _thread_sync_hooks(outputs) -> list:
-    """Pre-hooks on the npu roots of this backward that set the device thread's intra-op thread count to the
-    caller's (see the module docstring); returns their handles, removed after the backward."""
-    ts = [outputs] if isinstance(outputs, torch.Tensor) else list(outputs or ())
-    roots = [t.grad_fn for t in ts
-             if isinstance(t, torch.Tensor) and t.device.type == "npu" and t.grad_fn is not None]
-    if not roots:
-        return []
-    wanted = torch.get_num_threads()
-
-    def sync(grad_outputs):
-        if torch.get_num_threads() != wanted:
-            torch.set_num_threads(wanted)
-
-    return [roots[0].register_prehook(sync)]
+_multithreading = torch._C._is_multithreading_enabled
+_set_multithreading = torch._C._set_multithreading_enabled
 
 
 def _wrap(original):
     @functools.wraps(original)
     def run_backward(t_outputs, *args, **kwargs):
-        handles = _thread_sync_hooks(t_outputs)
+        # the caller's thread runs the whole graph (see the module docstring); the setting is thread-local
+        prev = _multithreading()
+        if prev:
+            _set_multithreading(False)
         try:
             return original(t_outputs, *args, **kwargs)
         except RuntimeError as e:
@@ -83,8 +75,8 @@ def _wrap(original):
                 raise
             raise clear from e
         finally:
-            for h in handles:
-                h.remove()
+            if prev:
+                _set_multithreading(True)
 
     run_backward.__ascendify_original__ = original
     return run_backward

@@ -69,9 +69,11 @@ def _hooks_and_guard():
         def is_built(self) -> bool:
             return True
 
+    private_use1 = torch._C._autograd.DeviceType.PrivateUse1
+
     class Guard(acc.DeviceGuard):
-        def type_(self):
-            return torch._C._autograd.DeviceType.PrivateUse1
+        def type_(self):  # called from C++ for many ops and autograd nodes: no lookups
+            return private_use1
 
     return Hooks(), Guard()
 

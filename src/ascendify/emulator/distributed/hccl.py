@@ -375,7 +375,10 @@ def _create(backend_opts, pg_options=None):
         from ascendify.emulator.distributed import ranktable
 
         ranktable.check_group(backend_opts.group_rank, backend_opts.group_size)
-    return EmulatedHcclProcessGroup(backend_opts.store, backend_opts.group_rank, backend_opts.group_size, timeout)
+    from ascendify.emulator.distributed import desync  # ranks out of step: an error naming them, not a hang
+
+    return desync.attach(EmulatedHcclProcessGroup(backend_opts.store, backend_opts.group_rank,
+                                                  backend_opts.group_size, timeout), backend_opts.store)
 
 
 CONNECT_TIMEOUT_S = 120  # HCCL_CONNECT_TIMEOUT's default (seconds): how long HCCL waits to link the ranks

@@ -292,7 +292,7 @@ def _promote(inf: OpInfo) -> None:
     boxed fallback's per-call lookups (and take :mod:`fastpath` where it applies). Only ops that reach the
     fallback qualify, i.e. ops with no PrivateUse1 or composite kernel, so nothing else changes."""
     _promoted.add(inf.op)
-    if not _aten_lib or inf.op.namespace != "aten" or inf.kind == "view":
+    if not _aten_lib or inf.op.namespace != "aten":
         return
     try:
         _aten_lib[0].impl(inf.name, make_kernel(inf.op), "PrivateUse1")
@@ -313,9 +313,26 @@ def _fallback(op, *args, **kwargs):
     return _run(inf, args, kwargs)
 
 
+def _view_kernel(inf: OpInfo):
+    """A view op's kernel: the CPU kernel on the npu tensors themselves (it only touches metadata)."""
+    redispatch = inf.op._handle.redispatch_boxed
+    name = inf.name
+
+    def kernel(*args, **kwargs):
+        inf.calls += 1
+        if inf.flagged:
+            fidelity.no_npu_kernel(name)
+        return redispatch(_CPU_KS, *args, **kwargs)
+
+    kernel.__name__ = f"npu_{name}"
+    return kernel
+
+
 def make_kernel(op):
     """A kernel for ``op`` alone (skips the composite ``empty`` + ``op.out`` pair of structured ops)."""
     inf = info(op)
+    if inf.kind == "view":
+        return _view_kernel(inf)
     special = fastpath.kernel_for(inf, _run_fast)
     if special is not None:
         return special

@@ -12,7 +12,7 @@ import torch
 from torch import Tensor
 
 from ascendify.emulator import runtime
-from ascendify.emulator.device.tensors import adopt, cpu_alias
+from ascendify.emulator.device.tensors import adopt, adopt_fresh, cpu_alias
 from ascendify.emulator.ops import fidelity
 from ascendify.emulator.ops.mismatch import mixed_error, two_devices
 
@@ -40,7 +40,7 @@ def empty(size, *, dtype=None, layout=None, device=None, pin_memory=None, memory
     runtime.memory.check(n * _itemsize(dtype), index)
     if dtype in _F64:
         fidelity.float64("empty", dtype)
-    return adopt(torch.empty(size, dtype=dtype, memory_format=memory_format or torch.contiguous_format), index)
+    return adopt_fresh(torch.empty(size, dtype=dtype, memory_format=memory_format or torch.contiguous_format), index)
 
 
 def empty_strided(size, stride, *, dtype=None, layout=None, device=None, pin_memory=None):
@@ -50,7 +50,7 @@ def empty_strided(size, stride, *, dtype=None, layout=None, device=None, pin_mem
     dtype = dtype or torch.get_default_dtype()
     if dtype in _F64:
         fidelity.float64("empty_strided", dtype)
-    return adopt(torch.empty_strided(size, stride, dtype=dtype), index)
+    return adopt_fresh(torch.empty_strided(size, stride, dtype=dtype), index)
 
 
 _ITEMSIZE: dict = {}

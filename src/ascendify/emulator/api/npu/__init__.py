@@ -246,8 +246,8 @@ def memory_summary(device=None, abbreviated: bool = False) -> str:
     mib = 1 << 20
     return "\n".join([
         f"Emulated NPU memory summary, device npu:{i} ({_settings.device_name})",
-        f"  allocated: {s['allocated_bytes.all.current'] / mib:.2f} MiB "
-        f"(peak {s['allocated_bytes.all.peak'] / mib:.2f} MiB)",
+        f"  allocated: {s['allocated_bytes.all.current'] / mib:.2f} MiB ({s['allocated_bytes.all.current']} bytes; "
+        f"peak {s['allocated_bytes.all.peak'] / mib:.2f} MiB, {s['allocated_bytes.all.peak']} bytes)",
         f"  capacity:  {cap / mib:.2f} MiB",
         f"  allocations: {s['allocation.all.allocated']}  frees: {s['allocation.all.freed']}  "
         f"OOMs: {s['num_ooms']}",
