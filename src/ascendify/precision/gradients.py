@@ -51,6 +51,11 @@ BACKWARD_FACTOR = 2.0
 LOW_PRECISION_FACTOR = 4.0
 
 
+class LossError(ValueError):
+    """The loss cannot be backpropagated: ``loss_fn`` returned no scalar tensor, or the outputs carry no
+    gradient."""
+
+
 class _Tap(torch.autograd.Function):
     """Identity that clones its input (a clone: the module may modify it in place) and stores the gradient that
     flows back through it in ``store[key]``."""
@@ -105,7 +110,7 @@ def default_loss(out) -> torch.Tensor:
     """The mean of the squared float outputs (all of them, as one vector), in float32."""
     ts = [t for t in _tensors(out) if t.is_floating_point() and t.requires_grad]
     if not ts:
-        raise ValueError("backward: the model's output holds no floating tensor with a gradient (nothing to "
+        raise LossError("backward: the model's output holds no floating tensor with a gradient (nothing to "
                          "backpropagate: is it computed under torch.no_grad() or detached?)")
     n = sum(t.numel() for t in ts)
     return sum(t.float().pow(2).sum() for t in ts) / max(n, 1)
@@ -127,14 +132,14 @@ def loss_fns(loss_fn) -> tuple[Any, Any]:
 def check_loss(loss, side: str) -> torch.Tensor:
     """``loss`` if it is a scalar floating tensor with a gradient, else a ``ValueError`` saying what it is."""
     if not isinstance(loss, torch.Tensor):
-        raise ValueError(f"loss_fn must return a scalar tensor; on the {side} it returned a {type(loss).__name__}")
+        raise LossError(f"loss_fn must return a scalar tensor; on the {side} it returned a {type(loss).__name__}")
     if loss.numel() != 1:
-        raise ValueError(f"loss_fn must return a scalar tensor (one element); on the {side} it returned a tensor "
+        raise LossError(f"loss_fn must return a scalar tensor (one element); on the {side} it returned a tensor "
                          f"of shape {tuple(loss.shape)}: reduce it (.mean() or .sum())")
     if not loss.is_floating_point():
-        raise ValueError(f"loss_fn must return a floating tensor; on the {side} it returned {loss.dtype}")
+        raise LossError(f"loss_fn must return a floating tensor; on the {side} it returned {loss.dtype}")
     if not loss.requires_grad:
-        raise ValueError(f"the loss on the {side} does not depend on anything with a gradient (computed under "
+        raise LossError(f"the loss on the {side} does not depend on anything with a gradient (computed under "
                          "torch.no_grad(), or from detached outputs)")
     return loss.reshape(())
 
@@ -490,3 +495,26 @@ def loss_node(g_out, t_out_like, g_loss_fn, t_loss_fn, *, n_fwd: int, target_dev
     node.reasons += reasons
     node.flagged = bool(node.reasons)
     return node
+
+
+def summary(result) -> dict[str, Any]:
+    """The backward part of a lockstep result in a few keys (``verdict``, ``compared`` backward calls, ``differ``:
+    the flagged backward calls with their local error and limit, ``missing``: parameters with a gradient on one side
+    only, ``first``: the first backward divergence's module), or ``{"skipped": why}`` without a backward."""
+    back = [n for n in result.nodes if n.phase == "backward"]
+    if not back:
+        return {"skipped": "no backward was run"}
+    from ascendify.precision.divergence import culprits, first_divergence
+
+    cul = set(culprits(back))
+    differ = [{"name": n.module if n.kind != "loss" else "(loss)", "call": n.name, "rel_l2": n.local_error,
+               "limit": n.limit, "culprit": i in cul, "why": "; ".join(n.reasons)}
+              for i, n in enumerate(back) if n.flagged]
+    fd = first_divergence(back)
+    meta = result.meta.get("backward") or {}
+    return {"verdict": "divergence" if differ or result.missing_grads else "match", "compared": len(back),
+            "loss": meta.get("loss"), "golden_loss": meta.get("golden_loss"), "target_loss": meta.get("target_loss"),
+            "compute_dtype": next((n.compute_dtype for n in back if n.kind == "loss"), None),
+            "limit": next((n.limit for n in back if n.kind == "loss"), None),
+            "differ": differ, "missing": list(result.missing_grads),
+            "first": (fd.module if fd.kind != "loss" else "(loss)") if fd is not None else None}
