@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -197,6 +198,20 @@ def _metric(t, g, cdt: str) -> dict[str, Any]:
     return metrics.tensor_metrics(t.detach().float().cpu().reshape(g.shape), g.detach().float().cpu(), cdt)
 
 
+def _fast_metric(t, g, cdt: str) -> dict[str, Any]:
+    """Relative L2 only, in float32, one pass: the screening of the real runs' gradients (every call, so it must
+    cost little); the full metrics where it is not finite (NaN/Inf placement then matters) or shapes differ."""
+    if t.numel() != g.numel():
+        return _metric(t, g, cdt)
+    a = t.detach().to("cpu", torch.float32).reshape(-1)
+    b = g.detach().to("cpu", torch.float32).reshape(-1)
+    nb = float(torch.linalg.vector_norm(b))
+    d = float(torch.linalg.vector_norm(a - b))
+    if not (math.isfinite(nb) and math.isfinite(d)):
+        return _metric(t, g, cdt)
+    return {"rel_l2": (0.0 if d == 0.0 else math.inf) if nb == 0.0 else d / nb}
+
+
 def _scale_hint(m: dict[str, Any], t, g) -> str:
     """``"; target is 128x golden's"`` when the two gradients point the same way and differ by a factor."""
     if m.get("cosine", 0) < 0.9999:
@@ -223,7 +238,7 @@ def _judged(m: dict[str, Any]) -> float:
     return float(v) if v is not None else 0.0
 
 
-def _compare(t: _Grads, g: _Grads, cdt: str, where: str, trim: bool = False
+def _compare(t: _Grads, g: _Grads, cdt: str, where: str, trim: bool = False, fast: bool = False
              ) -> tuple[dict[str, Any] | None, list[str], dict]:
     """Worst metrics over the gradients present on both sides (with ``trim``, judged on
     ``metrics.trimmed_rel_l2``), the reasons for those present on one side only, and per-parameter relative L2."""
@@ -237,9 +252,9 @@ def _compare(t: _Grads, g: _Grads, cdt: str, where: str, trim: bool = False
             side = "target" if a is None else "golden"
             reasons.append(f"{where}: gradient of {label} missing on the {side} (present on the other)")
             continue
-        m = _metric(a, b, cdt)
+        m = _fast_metric(a, b, cdt) if fast else _metric(a, b, cdt)
         m["of"] = label
-        if trim and not m.get("shape_mismatch"):
+        if trim and not fast and not m.get("shape_mismatch"):
             m["trimmed_rel_l2"] = metrics.trimmed_rel_l2(a.detach().float().cpu().reshape(b.shape), b)
         if label.startswith("parameter "):
             per[label[10:]] = m.get("rel_l2")
@@ -356,14 +371,14 @@ def backward_nodes(grec, trec, t2g: dict[int, int], fwd_nodes: list[NodeResult],
             node.limit = lim
         pairs = _pair_params(tc.module, gc.module)
         # the gradient it received
-        ins = [(_metric(tc.gout[p], gc.gout[p], cdt)) for p in gc.gout if p in tc.gout]
+        ins = [_fast_metric(tc.gout[p], gc.gout[p], cdt) for p in gc.gout if p in tc.gout]
         node.inputs = max(ins, key=lambda m: m.get("rel_l2", 0.0)) if ins else None
         # the gradients it gave, in the real runs
         tg = _Grads(inputs={p: tc.gin.get(p) for p in set(tc.tapped) | set(gc.tapped)},
                     params={n: tside.grads.get(id(tp)) for n, tp, _ in pairs})
         gg = _Grads(inputs={p: gc.gin.get(p) for p in set(tc.tapped) | set(gc.tapped)},
                     params={n: (gside.grads.get(id(gp)) if gp is not None else None) for n, _, gp in pairs})
-        tot, tot_reasons, per_total = _compare(tg, gg, cdt, "real runs", trim)
+        tot, tot_reasons, per_total = _compare(tg, gg, cdt, "real runs", fast=True)
         node.total = _strip(tot)
         for n, tp, gp in pairs:
             if id(tp) in seen_params:
@@ -481,10 +496,13 @@ def loss_node(g_out, t_out_like, g_loss_fn, t_loss_fn, *, n_fwd: int, target_dev
         return node
     t = _Grads(inputs=dict(enumerate(tg)))
     g = _Grads(inputs=dict(enumerate(gg)))
-    loc, reasons, _ = _compare(t, g, cdt, "loss")
+    loc, reasons, _ = _compare(t, g, cdt, "loss", fast=True)
+    if reasons or (loc is not None and not (loc.get("rel_l2", 0.0) <= node.limit)):
+        loc, reasons, _ = _compare(t, g, cdt, "loss")  # the full metrics (cosine, scale) where it matters
     node.local = _strip(loc)
     if root_t is not None and root_g is not None:
-        tot, _, _ = _compare(_Grads(inputs=dict(root_t.gout)), _Grads(inputs=dict(root_g.gout)), cdt, "loss")
+        tot, _, _ = _compare(_Grads(inputs=dict(root_t.gout)), _Grads(inputs=dict(root_g.gout)), cdt, "loss",
+                             fast=True)
         node.total = _strip(tot)
     le = (loc or {}).get("rel_l2")
     if le is not None and not (le <= node.limit):  # untrimmed: a loss function has no edges to excuse

@@ -30,6 +30,7 @@ import contextlib
 import copy
 import os
 import sys
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -462,7 +463,16 @@ def compare_models(
         if eval_mode:
             golden.eval()
             target.eval()
+        clock = [time.process_time()]
+        timings: dict[str, float] = {}
+
+        def lap(name: str) -> None:  # CPU seconds per phase, into meta["timings"]
+            now = time.process_time()
+            timings[name] = timings.get(name, 0.0) + now - clock[0]
+            clock[0] = now
+
         wcheck = compare_weights(golden, target)
+        lap("weights")
         golden.to(device=golden_device, dtype=golden_dtype)
         how = f"target's own ({wcheck.how}; {len(wcheck.differ)} of {wcheck.compared} differ)"
         copy_now = copy_weights if copy_weights is not None else wcheck.all_differ
@@ -493,6 +503,7 @@ def compare_models(
                 return contextlib.nullcontext()
             return torch.autocast(device_type=_device_type(target_device), dtype=target_autocast)
 
+        lap("setup")
         if not backward:
             with torch.no_grad():
                 with _Recorder(golden, level).active() as grec:
@@ -507,14 +518,19 @@ def compare_models(
             with torch.enable_grad():
                 with _Recorder(golden, level, grads=True).active() as grec:
                     g_live = golden(*g_in, **g_kw)
+                lap("runs")
                 gside = gradients.run_backward(golden, gradients.check_loss(g_loss_fn(g_live), "golden"))
+                lap("backward_runs")
                 g_out = _clone(g_live)
                 del g_live
                 with _Recorder(target, level, grads=True).active() as trec, t_ctx():
                     t_live = target(*t_in, **t_kw)
+                lap("runs")
                 tside = gradients.run_backward(target, gradients.check_loss(t_loss_fn(t_live), "target"))
+                lap("backward_runs")
                 t_out = _clone(t_live)
                 del t_live
+        lap("runs")
         golden_bad = _first_nonfinite(grec.calls, g_out)
 
         gk = [c.key() for c in grec.calls]
@@ -583,6 +599,7 @@ def compare_models(
             _judge(node, tc, gc)
 
         missing_grads: list = []
+        lap("checks")
         if backward:
             from ascendify.precision.gradients import backward_nodes, loss_node
 
@@ -602,6 +619,7 @@ def compare_models(
                 if b.parent is not None:
                     b.parent += n_fwd
             nodes = nodes + [lnode] + bnodes
+            lap("backward_checks")
         result = ComparisonResult(
             mode="lockstep",
             golden=f"{type(golden).__name__} on {golden_device} ({gdt})",
@@ -633,6 +651,7 @@ def compare_models(
                 "golden_calls": len(grec.calls),
                 "target_calls": len(trec.calls),
                 "torch": torch.__version__,
+                "timings": {k: round(v, 6) for k, v in timings.items()},
                 "backward": ({"loss": "mean of squared outputs" if loss_fn is None else "loss_fn",
                               "golden_loss": gside.loss, "target_loss": tside.loss,
                               "parameters_with_gradient": sum(g is not None for g in tside.grads.values())}
