@@ -101,3 +101,15 @@ def test_backward_from_the_command_line(tmp_path, capsys):
     assert first.startswith("DIVERGENCE (backward): first at blocks.0.attn (HookAttention)"), first
     d = json.loads((tmp_path / "o" / "compare.json").read_text())
     assert d["first_divergence"]["phase"] == "backward"
+
+
+def test_a_loss_that_is_not_a_scalar_is_a_clear_error_on_the_command_line(tmp_path, capsys):
+    from ascendify.cli import main
+
+    (tmp_path / "losses.py").write_text("def per_token(out):\n    return (out ** 2).mean(-1)\n")
+    models = HERE / "models.py"
+    rc = main(["compare", "--model", f"{models}:Reference", "--inputs", "4x16:int64:64", "--target", "cpu:fp32",
+               "--backward", "--loss", f"{tmp_path / 'losses.py'}:per_token", "-o", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert rc == 3 and "loss_fn must return a scalar tensor (one element)" in err and "(4, 16)" in err
+    assert not (tmp_path / "o").exists()

@@ -105,3 +105,20 @@ def test_a_target_handed_over_in_low_precision_holds_the_same_weights(dtype):
     g = M.reference()
     t = M.reference().to(dtype)
     assert compare_weights(g, t).differ == []
+
+
+def test_a_missing_submodule_is_listed_in_weights_and_calls():
+    t = M.reference()
+    t.blocks[1].ln2 = nn.Identity()
+    r = compare_models(M.reference(), t, M.inputs())
+    assert {"name": "blocks.1.ln2.weight", "side": "golden only"} in r.weights["missing"]
+    lines = cr.summary_lines(r)
+    assert any("blocks.1.ln2.weight (golden only)" in line for line in lines)
+    # the Identity in its place is compared with the golden LayerNorm (the mapping used is said) and named
+    assert r.first_divergence.module == "blocks.1.ln2" and "  compared with golden blocks.1.ln2 (LayerNorm)" in lines
+    assert any("blocks.1.ln2 (LayerNorm) -> blocks.1.ln2 (Identity)" in line for line in lines)
+    t.blocks[0].ln1 = None  # a submodule gone, its call gone: the golden call is listed as unmatched
+    t.blocks[0].forward = lambda x, b=t.blocks[0]: (lambda y: y + b.mlp(b.ln2(y)))(x + b.attn(x))
+    r = compare_models(M.reference(), t, M.inputs())
+    unmatched = next(line for line in cr.summary_lines(r) if line.strip().startswith("unmatched:"))
+    assert "golden blocks.0.ln1 (LayerNorm)" in unmatched

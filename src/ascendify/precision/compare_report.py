@@ -218,6 +218,9 @@ def summary_lines(result: ComparisonResult) -> list[str]:
         )
         lines.append(f"  fix: {randomness.ADVICE}")
     if fd is not None:
+        gname = result.nodes[fd.index].golden_name
+        if gname and gname != fd.name:
+            lines.append(f"  compared with golden {gname}")
         lines.append(f"  why: {'; '.join(fd.reasons)}")
         if fd.source:
             lines.append(f"  called at: {fd.source}" + (f"   code at: {fd.defined_at}" if fd.defined_at else ""))
@@ -226,6 +229,11 @@ def summary_lines(result: ComparisonResult) -> list[str]:
             f"  {len(result.flagged)} flagged calls, {n_cul} with no flagged call inside "
             f"({result.matched_count} of {len(result.nodes)} target calls matched)"
         )
+    renamed = [n for n in result.nodes if n.golden_name and n.golden_name != n.name and n.phase == "forward"]
+    if renamed:
+        shown = ", ".join(f"{n.golden_name} -> {n.name}" for n in renamed[:3])
+        lines.append(f"  mapping: {len(renamed)} target call(s) compared with a golden call of another name or class: "
+                     f"{shown}" + (" ..." if len(renamed) > 3 else ""))
     if result.missing_grads:
         shown = ", ".join(f"{m['name']} (none on the {m['side']}: {m['why']})" for m in result.missing_grads[:5])
         more = f" and {len(result.missing_grads) - 5} more" if len(result.missing_grads) > 5 else ""
