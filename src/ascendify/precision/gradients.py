@@ -100,11 +100,14 @@ def _keep(store: dict, pos: int, g):
     store[pos] = g.detach() if pos not in store else store[pos] + g.detach()
 
 
-def hook_outputs(out, store: dict) -> None:
-    """A hook on every output tensor that requires a gradient: ``store[position]`` receives its gradient."""
+def hook_outputs(out, store: dict) -> list:
+    """A hook on every output tensor that requires a gradient: ``store[position]`` receives its gradient. Returns
+    the hook handles (a module that returns a parameter would otherwise keep the hook after the comparison)."""
+    handles = []
     for pos, t in enumerate(_tensors(out)):
         if _wants_grad(t):
-            t.register_hook(functools.partial(_keep, store, pos))
+            handles.append(t.register_hook(functools.partial(_keep, store, pos)))
+    return handles
 
 
 def default_loss(out) -> torch.Tensor:
