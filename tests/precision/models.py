@@ -245,3 +245,146 @@ def twin(name: str, seed: int = 0) -> nn.Module:
 def inputs(seed: int = 1) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed)
     return torch.randint(0, VOCAB, (BATCH, SEQ), generator=g)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# backward defects: the forward is the same (to the bit), the gradients are not
+# ---------------------------------------------------------------------------------------------------------
+
+
+class _GeluBadBackward(torch.autograd.Function):
+    """A hand-written GELU "kernel": exact forward, backward missing the ``x * pdf(x)`` term."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return F.gelu(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        cdf = 0.5 * (1.0 + torch.erf(x / math.sqrt(2.0)))
+        return g * cdf
+
+
+class HandGelu(nn.Module):
+    def forward(self, x):
+        return _GeluBadBackward.apply(x)
+
+
+class DetachBlock(Block):
+    """A block whose attention branch is added detached: same values, no gradient through attention."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.ln1(x)).detach()
+        return x + self.mlp(self.ln2(x))
+
+
+class FakeQuant(nn.Module):
+    """Fake quantisation to a 1/16 grid with a straight-through estimator; ``clip`` (the defect) passes the
+    gradient only inside [-clip, clip]: the forward is the same, the gradient outside is zeroed."""
+
+    def __init__(self, clip: float | None = None):
+        super().__init__()
+        self.clip = clip
+
+    def forward(self, x):
+        q = torch.round(x * 16) / 16
+        base = x if self.clip is None else x.clamp(-self.clip, self.clip)
+        return base + (q - base).detach()
+
+
+class HookAttention(Attention):
+    """Attention that halves the gradient of its attention weights with a tensor hook (a leftover debugging or
+    "stabilising" hook): the forward is unchanged."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q, k, v = self.qkv(x).chunk(3, dim=-1)
+        q, k, v = self.split_heads(q), self.split_heads(k), self.split_heads(v)
+        att = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
+        mask = torch.ones(att.shape[-2:], dtype=torch.bool, device=x.device).tril()
+        att = att.masked_fill(~mask, torch.finfo(att.dtype).min).softmax(dim=-1)
+        if att.requires_grad:
+            att.register_hook(lambda g: g * 0.5)
+        return self.proj(self.merge_heads(att @ v))
+
+
+class ClampMLP(MLP):
+    """An MLP that clamps its hidden activations (many elements sit at the clamp: zero gradient there)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(self.act(self.fc1(x).clamp(-0.5, 0.5)))
+
+
+class QuantDropRef(Reference):
+    """The reference with a dropout (identity in eval mode) and a fake quantisation before the head."""
+
+    def __init__(self, clip: float | None = None):
+        super().__init__()
+        self.drop = nn.Dropout(0.1)
+        self.quant = FakeQuant(clip)
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        x = self.tok(idx) + self.pos(torch.arange(idx.shape[1], device=idx.device))
+        x = x + self.conv(x.transpose(1, 2)).transpose(1, 2)
+        for blk in self.blocks:
+            x = blk(x)
+        return self.head(self.quant(self.drop(self.ln_f(x))))
+
+
+def _with(build, edit=None):
+    def make():
+        m = build()
+        state = [v.clone() for v in m.state_dict().values()]
+        if edit is not None:
+            edit(m)
+        with torch.no_grad():  # the defect changes code only: the weights stay the reference's (in order)
+            for v, s in zip(m.state_dict().values(), state, strict=True):
+                v.copy_(s)
+        return m
+
+    return make
+
+
+def _swap_act(m):
+    m.blocks[1].mlp.act = HandGelu()
+
+
+def _detach_block(m):
+    blk = DetachBlock()
+    m.blocks[0] = blk
+
+
+def _hook_attn(m):
+    m.blocks[0].attn = HookAttention()
+
+
+def _clamp(m):
+    for b in m.blocks:
+        old = b.mlp
+        b.mlp = ClampMLP()
+        b.mlp.load_state_dict(old.state_dict())
+
+
+# name -> (golden factory, target factory, planted module path or None, loss scale of the target's loss or None)
+BACKWARD_TWINS: dict[str, tuple] = {
+    "bw_clean": (Reference, Reference, None, None),
+    "bw_clean_quant_dropout": (QuantDropRef, QuantDropRef, None, None),
+    "bw_clean_clamps": (_with(Reference, _clamp), _with(Reference, _clamp), None, None),
+    "bw_renamed_wrapped": (Reference, _with(Reference, lambda m: setattr(m.blocks[0], "mlp", Wrapper(FeedForward()))),
+                           None, None),
+    "bw_hand_backward": (Reference, _with(Reference, _swap_act), "blocks.1.mlp.act", None),
+    "bw_detach": (Reference, _with(Reference, _detach_block), "blocks.0", None),
+    "bw_ste_clip": (QuantDropRef, lambda: QuantDropRef(clip=0.5), "quant", None),
+    "bw_grad_hook": (Reference, _with(Reference, _hook_attn), "blocks.0.attn", None),
+    "bw_loss_scale": (Reference, Reference, "(loss)", 128.0),
+}
+
+
+def backward_pair(name: str, seed: int = 0) -> tuple[nn.Module, nn.Module]:
+    """``(golden, target)`` of a backward twin, built after the same seed (the same weights)."""
+    g, t = BACKWARD_TWINS[name][:2]
+    torch.manual_seed(seed)
+    golden = g()
+    torch.manual_seed(seed)
+    return golden, t()

@@ -5,7 +5,8 @@
 SETTING: ``cpu`` (target fp32 on the CPU), ``aten_default`` (the same, meant to run with
 ``ATEN_CPU_CAPABILITY=default`` in the environment: non-vectorised kernels, harmless rounding differences) or
 ``npu_bf16`` (target on the emulated NPU under ``torch.autocast("npu", dtype=torch.bfloat16)``; golden fp32 on
-the CPU). Dumps are statistics-mode, ``mix`` level, forward only. The golden dump is made here unless
+the CPU). Dumps are statistics-mode, ``mix`` level, forward only. The backward twins run in lockstep with
+``backward=True`` in the same setting (``backward`` in the output). The golden dump is made here unless
 GOLDEN_DUMP names one (the ATEN test passes the one made with vectorised kernels). Prints one JSON object.
 """
 
@@ -65,7 +66,8 @@ def run_suite(setting: str, out: Path, golden: Path | None = None, cases=None) -
     results = {}
     for name in cases or M.TWINS:
         planted = M.TWINS[name][1]
-        lock = compare_models(M.reference(), M.twin(name), M.inputs(), **kw)
+        # the twins rebuild the module they change (fresh weights there): their defects are in the code
+        lock = compare_models(M.reference(), M.twin(name), M.inputs(), copy_weights=True, **kw)
         fd = lock.first_divergence
         twin = M.twin(name)
         copy_weights(M.reference(), twin)
@@ -80,7 +82,26 @@ def run_suite(setting: str, out: Path, golden: Path | None = None, cases=None) -
             "dump": {"first": dfd.module if dfd else None, "api": dfd.api if dfd else None,
                      "flagged": len(dres.flagged), "reasons": dfd.reasons if dfd else []},
         }
-    return {"setting": setting, "capability": torch.backends.cpu.get_cpu_capability(), "cases": results}
+    return {"setting": setting, "capability": torch.backends.cpu.get_cpu_capability(), "cases": results,
+            "backward": backward_suite(kw)}
+
+
+def backward_suite(kw: dict) -> dict:
+    """Lockstep with ``backward=True`` on every backward twin (``models.BACKWARD_TWINS``), in the setting ``kw``."""
+    from ascendify.precision import compare_models
+    from ascendify.precision.gradients import default_loss
+
+    M = _models()
+    out = {}
+    for name, (_g, _t, planted, scale) in M.BACKWARD_TWINS.items():
+        golden, target = M.backward_pair(name)
+        loss = None if scale is None else (default_loss, lambda o, s=scale: default_loss(o) * s)
+        r = compare_models(golden, target, M.inputs(), backward=True, loss_fn=loss, **kw)
+        fd = r.first_divergence
+        out[name] = {"planted": planted, "first": (fd.name if fd.name == "(loss)" else fd.module) if fd else None,
+                     "phase": fd.phase if fd else None, "flagged": len(r.flagged), "verdict": r.verdict,
+                     "reasons": fd.reasons if fd else []}
+    return out
 
 
 if __name__ == "__main__":

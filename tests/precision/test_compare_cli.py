@@ -70,8 +70,12 @@ def test_lockstep_from_the_command_line(tmp_path, capsys):
             "--inputs", "4x16:int64:64", "--target", "cpu:fp32", "-o", str(tmp_path / "o")]
     assert main(args) == 1
     assert "blocks.1.ln2" in capsys.readouterr().out.splitlines()[0]
-    args[4] = f"{MODELS}:_renamed_wrapped"
-    assert main(args) == 0
+    args[4] = f"{MODELS}:_renamed_wrapped"  # a fresh FeedForward: its weights differ, a finding unless copied
+    assert main(args) == 1
+    out = capsys.readouterr().out
+    assert "4 weight(s) differ" in out.splitlines()[0] and "blocks.0.mlp.inner.up.weight" in out
+    assert "blocks.0.mlp.fc1.weight -> blocks.0.mlp.inner.up.weight" in out  # the name mapping used is shown
+    assert main([*args, "--copy-weights"]) == 0
 
 
 def test_curves_from_the_command_line(tmp_path, capsys):

@@ -27,7 +27,7 @@ def _dom(html_file: Path, tmp_path: Path) -> str:
 
 
 def test_page_is_self_contained_without_a_browser():
-    r = compare_models(M.reference(), M.twin("gelu_tanh"), M.inputs())
+    r = compare_models(M.reference(), M.twin("gelu_tanh"), M.inputs(), copy_weights=True)
     page = html_report(r).to_html()
     assert "data:image/png;base64," in page
     assert not re.search(r"""(src|href)=["']https?://""", page), "no external requests"
@@ -37,7 +37,7 @@ def test_page_is_self_contained_without_a_browser():
 @pytest.mark.skipif(not Path(CHROMIUM).exists() or not shutil.which(CHROMIUM),
                     reason="Debian's chromium is not installed here (CI installs it)")
 def test_report_in_headless_chromium(tmp_path):
-    r = compare_models(M.reference(), M.twin("head_permutation"), M.inputs())
+    r = compare_models(M.reference(), M.twin("head_permutation"), M.inputs(), copy_weights=True)
     paths = write_outputs(r, tmp_path / "out")
     dom = _dom(Path(paths[2]), tmp_path)
     for anchor in ("verdict", "first-divergence", "error-plot", "flagged", "drill-down", "unmatched", "settings"):

@@ -15,7 +15,7 @@ from ascendify.precision.lockstep import copy_weights
 
 
 def test_result_object_and_json():
-    r = compare_models(M.reference(), M.twin("scaled_1.02"), M.inputs())
+    r = compare_models(M.reference(), M.twin("scaled_1.02"), M.inputs(), copy_weights=True)
     fd = r.first_divergence
     assert r.verdict == "divergence"
     assert fd.module == "blocks.0.attn" and fd.api is None
@@ -33,7 +33,7 @@ def test_same_model_object_is_copied_and_matches():
     m = M.reference()
     r = compare_models(m, m, M.inputs())
     assert r.verdict == "match" and r.first_divergence is None
-    assert r.meta["weights"] == "by name"
+    assert r.weights["differ"] == [] and not r.weights["copied"] and r.weights["how"] == "by name"
 
 
 def test_weights_copied_by_order_when_names_differ():
@@ -124,14 +124,14 @@ def test_different_call_counts_match_by_order():
 
 
 def test_mix_level_names_the_api_inside_the_module():
-    r = compare_models(M.reference(), M.twin("gelu_tanh"), M.inputs(), level="mix")
+    r = compare_models(M.reference(), M.twin("gelu_tanh"), M.inputs(), copy_weights=True, level="mix")
     fd = r.first_divergence
     assert fd.module == "blocks.1.mlp.act"
     assert fd.api == "torch.nn.functional.gelu"
 
 
 def test_tolerance_scales_every_limit():
-    r = compare_models(M.reference(), M.twin("ln_eps"), M.inputs(), tolerance=1e3)
+    r = compare_models(M.reference(), M.twin("ln_eps"), M.inputs(), copy_weights=True, tolerance=1e3)
     assert r.verdict == "match"
 
 

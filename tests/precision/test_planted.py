@@ -83,3 +83,15 @@ def test_every_defect_survives_an_end_to_end_check():
             t = planted_models.twin(name).eval()
             copy_weights(planted_models.reference(), t)
             assert cosine(t(x), ref) >= 0.98, name
+
+
+@pytest.mark.parametrize("setting", ["cpu", "aten_default", "npu_bf16"])
+@pytest.mark.parametrize("case", list(planted_models.BACKWARD_TWINS))
+def test_backward_defect_is_the_first_divergence(suites, setting, case):
+    """The backward twins in each setting (the emulated NPU under bf16 autocast included): named first, phase
+    backward; the clean ones flag nothing."""
+    r = suites(setting)["backward"][case]
+    if r["planted"] is None:
+        assert r["verdict"] == "match" and r["flagged"] == 0, r
+    else:
+        assert r["first"] == r["planted"] and r["phase"] == "backward", r

@@ -24,6 +24,7 @@ DESCRIPTION = """Compare a target against a golden reference and name the first 
   # lockstep: both models in one process
   ascendify compare --model FILE:FACTORY --inputs SPEC -o OUT
       [--golden-model FILE:FACTORY] [--golden cpu:fp32] [--target npu:bf16]
+      [--backward [--loss FILE:FUNC]] [--copy-weights]
   # training histories (JSON, CSV, TensorBoard, a training log)
   ascendify compare --curves A B [--tolerance 0.05] [--pattern REGEX] -o OUT
 
@@ -35,6 +36,8 @@ in (tuples), [lists] and {name=dicts}, keyword inputs as name=...: an LSTM's (x,
 '5x2:int64:40, (1x2x16, 1x2x16)'.
 --golden/--target are DEVICE:PRECISION with PRECISION fp32 (no autocast), bf16 or fp16 (autocast in that dtype);
 npu is the real NPU where there is one, else the emulated NPU.
+Lockstep compares the weights first: a parameter or buffer that differs is a finding (the target keeps its
+own) unless --copy-weights, or every parameter differs (two random initialisations: copied, and said).
 
 Exit codes: 0 match, 1 divergence found or not comparable (a random call drew differently), 2 usage
 error, 3 bad input."""
@@ -57,6 +60,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--inputs", metavar="FILE:FUNC|SHAPES", help="lockstep inputs (see above)")
     p.add_argument("--level", choices=("module", "mix"), default="module",
                    help="lockstep: module calls only, or module and torch API calls (default: %(default)s)")
+    p.add_argument("--copy-weights", action="store_true",
+                   help="lockstep: copy the golden weights into the target before comparing (default: compare the "
+                   "weights, each differing one is a finding; copied only when every parameter differs)")
+    p.add_argument("--backward", action="store_true",
+                   help="lockstep: also run one backward on both sides (loss: mean of the squared outputs, or "
+                   "--loss) and compare gradients module by module")
+    p.add_argument("--loss", metavar="FILE:FUNC", help="lockstep --backward: the loss, FUNC(outputs) -> scalar tensor")
     p.add_argument("--seed", type=int, default=0, help="seed for model construction and random inputs")
     p.add_argument("--curves", nargs=2, metavar=("A", "B"), help="compare two training histories")
     p.add_argument("--tolerance", type=float, default=None,
@@ -239,6 +249,11 @@ def run_model_compare(args):
     else:
         golden = target
     inputs, kwargs = loading.batch(args.inputs, target, seed=args.seed)
+    loss_fn = None
+    if getattr(args, "loss", None):
+        if not getattr(args, "backward", False):
+            raise SettingError("--loss needs --backward")
+        loss_fn = loading.function(args.loss)
     return compare_models(
         golden,
         target,
@@ -250,6 +265,9 @@ def run_model_compare(args):
         target_autocast=None if tprec == "fp32" else dtypes[tprec],
         level=args.level,
         tolerance=args.tolerance or 1.0,
+        copy_weights=True if getattr(args, "copy_weights", False) else None,
+        backward=bool(getattr(args, "backward", False)),
+        loss_fn=loss_fn,
     )
 
 

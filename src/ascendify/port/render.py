@@ -331,18 +331,18 @@ def _compare(sec, res, result) -> None:
             sub.kv({"weights": "every parameter differed (two random initialisations): the golden's were copied"})
         gr = res.facts.get("gradients") or {}
         if gr.get("verdict"):
-            bad = [{"parameter": d["name"], "rel L2": d["rel_l2"], "limit": d["limit"], "why": "over the limit"}
-                   for d in gr.get("differ") or []]
-            bad += [{"parameter": d["name"], "rel L2": None, "limit": None, "why": f"no gradient on the {d['side']}"}
+            bad = [{"where": d["name"], "rel L2": d["rel_l2"], "limit": d["limit"],
+                    "why": d.get("why") or "over the limit"} for d in gr.get("differ") or []]
+            bad += [{"where": d["name"], "rel L2": None, "limit": None,
+                     "why": f"no gradient on the {d['side']}" + (f" ({d['why']})" if d.get("why") else "")}
                     for d in gr.get("missing") or []]
-            sub.kv({"gradients (one backward, loss: mean of squared outputs)":
-                    f"{gr['verdict']}: {gr.get('compared')} parameters, limit {gr.get('limit', 0):.2g} "
-                    f"({gr.get('compute_dtype')})" + (f", first in backward order: {gr['first']}"
-                                                       if gr.get("first") else "")})
+            sub.kv({"gradients (one backward, loss: mean of squared outputs, module by module)":
+                    f"{gr['verdict']}: {gr.get('compared')} backward calls compared"
+                    + (f", first divergence in backward order: {gr['first']}" if gr.get("first") else "")})
             if bad:
-                sub.table([report.Column("parameter"), report.Column("rel L2", kind="number"),
+                sub.table([report.Column("where"), report.Column("rel L2", kind="number"),
                            report.Column("limit", kind="number"), report.Column("why")], bad[:50],
-                          caption="gradients that differ")
+                          caption="gradients that differ (a call's own backward error, or a parameter without one)")
         sub.link("compare/lockstep/compare.html", "the full lockstep report (compare/lockstep/compare.html)")
     else:
         sub.verdict("skip", str(ls.get("skipped") or "not run"))

@@ -120,28 +120,94 @@ def csv_rows(result: ComparisonResult) -> list[dict[str, Any]]:
     return rows
 
 
+def _where(fd) -> str:
+    if getattr(fd, "name", None) == "(loss)":
+        return "the loss (its gradient with respect to the outputs)"
+    where = fd.module if fd.module is not None else "(outside any module)"
+    return f"{where or '(root)'}" + (f" [{fd.api}]" if fd.api else "") + (f" ({fd.class_name})" if fd.class_name else "")
+
+
+def _weights_note(result: ComparisonResult) -> str:
+    w = result.weights or {}
+    if w.get("copied"):
+        return f" (weights copied from the golden: {w.get('copy_reason')})"
+    return ""
+
+
 def headline(result: ComparisonResult) -> tuple[str, str]:
-    """``(status, text)`` for the first line."""
+    """``(status, text)`` for the first line: differing weights first, then the first divergence (forward before
+    backward), with the weights' copy said when it happened."""
     fd = result.first_divergence
+    wf = result.weight_findings
+    if wf:
+        w0 = wf[0]
+        rel = f", rel L2 {w0['rel_l2']:.3g}" if w0.get("rel_l2") is not None else f", {w0.get('why')}"
+        text = (f"DIVERGENCE: {len(wf)} weight(s) differ before any call, first {w0['name']}{rel}; "
+                + (f"first {fd.phase} call over its limit: {_where(fd)}" if fd is not None else
+                   "no call over its limit"))
+        return "diverged", text
     if fd is None and result.not_comparable:
         n = result.not_comparable[0]
         where = n.module if n.module is not None else "(outside any module)"
         what = f"{where or '(root)'}" + (f" [{n.api}]" if n.api else "") + (f" ({n.class_name})" if n.class_name else "")
         return "not comparable", f"NOT COMPARABLE after {what}: random draws differ"
+    if fd is None and result.missing_grads:
+        m = result.missing_grads[0]
+        return "diverged", (f"DIVERGENCE (backward): {len(result.missing_grads)} parameter(s) with a gradient on one "
+                            f"side only, first {m['name']} (none on the {m['side']})")
     if fd is None:
         return "match", (
             f"MATCH: {result.matched_count} matched calls, none with local error over its limit"
             + (f" (end-to-end cosine {result.end_to_end.get('cosine', 1):.6f})" if result.end_to_end else "")
+            + _weights_note(result)
         )
-    where = fd.module if fd.module is not None else "(outside any module)"
-    what = f"{where or '(root)'}" + (f" [{fd.api}]" if fd.api else "") + (f" ({fd.class_name})" if fd.class_name else "")
-    return "diverged", f"DIVERGENCE: first at {what}"
+    phase = " (backward)" if fd.phase == "backward" else ""
+    return "diverged", f"DIVERGENCE{phase}: first at {_where(fd)}" + _weights_note(result)
+
+
+def weight_lines(result: ComparisonResult, limit: int = 5) -> list[str]:
+    """The weights check: the differing tensors (at most ``limit``), the name mapping used, names on one side."""
+    w = result.weights or {}
+    if not w:
+        return []
+    lines = []
+    wf = result.weight_findings
+    for d in wf[:limit]:
+        golden = f" (golden {d['golden_name']})" if d.get("golden_name") else ""
+        nums = (f"max abs {d['max_abs']:.3g}, rel L2 {d['rel_l2']:.3g}" if d.get("rel_l2") is not None else "")
+        lines.append(f"  weight {d['name']}{golden} of {d['owner'] or '(root)'}: {nums}{'; ' if nums else ''}"
+                     f"{d.get('why')}")
+    if len(wf) > limit:
+        lines.append(f"  ... and {len(wf) - limit} more weight(s) (see the report)")
+    if w.get("mapping"):
+        shown = ", ".join(f"{m['golden']} -> {m['target']}" for m in w["mapping"][:limit])
+        more = f" and {len(w['mapping']) - limit} more" if len(w["mapping"]) > limit else ""
+        lines.append(f"  weights paired {w.get('how')}: {shown}{more}")
+    if w.get("missing"):
+        lines.append("  weights on one side only: " + ", ".join(f"{m['name']} ({m['side']})" for m in w["missing"][:limit])
+                     + (f" and {len(w['missing']) - limit} more" if len(w["missing"]) > limit else ""))
+    if w.get("golden_nonfinite"):
+        g0 = w["golden_nonfinite"][0]
+        lines.append(f"  the golden's weights hold NaN/Inf: {g0['name']} ({g0['nonfinite']} of {g0['numel']})")
+    return lines
+
+
+def golden_line(result: ComparisonResult) -> str | None:
+    """The line said before anything else when the golden itself produced NaN/Inf."""
+    g = result.golden_nonfinite
+    if not g:
+        return None
+    return (f"GOLDEN NOT FINITE: the golden's own output holds NaN/Inf, first at {g['call']} ({g['nan']} NaN, "
+            f"{g['inf']} Inf)" + (f" called at {g['source']}" if g.get("source") else "")
+            + ": fix the reference first, comparisons after it prove nothing")
 
 
 def summary_lines(result: ComparisonResult) -> list[str]:
-    """The verdict and the first divergence as plain lines (the first lines of the terminal summary)."""
+    """The verdict and the first divergence as plain lines (the first lines of the terminal summary); a golden
+    that is not finite is said first, differing weights before the calls."""
     status, text = headline(result)
-    lines = [text]
+    gl = golden_line(result)
+    lines = ([gl] if gl else []) + [text] + weight_lines(result)
     fd = result.first_divergence
     if status == "not comparable":
         n = result.not_comparable[0]
@@ -152,6 +218,9 @@ def summary_lines(result: ComparisonResult) -> list[str]:
         )
         lines.append(f"  fix: {randomness.ADVICE}")
     if fd is not None:
+        gname = result.nodes[fd.index].golden_name
+        if gname and gname != fd.name:
+            lines.append(f"  compared with golden {gname}")
         lines.append(f"  why: {'; '.join(fd.reasons)}")
         if fd.source:
             lines.append(f"  called at: {fd.source}" + (f"   code at: {fd.defined_at}" if fd.defined_at else ""))
@@ -160,10 +229,21 @@ def summary_lines(result: ComparisonResult) -> list[str]:
             f"  {len(result.flagged)} flagged calls, {n_cul} with no flagged call inside "
             f"({result.matched_count} of {len(result.nodes)} target calls matched)"
         )
+    renamed = [n for n in result.nodes if n.golden_name and n.golden_name != n.name and n.phase == "forward"]
+    if renamed:
+        shown = ", ".join(f"{n.golden_name} -> {n.name}" for n in renamed[:3])
+        lines.append(f"  mapping: {len(renamed)} target call(s) compared with a golden call of another name or class: "
+                     f"{shown}" + (" ..." if len(renamed) > 3 else ""))
+    if result.missing_grads:
+        shown = ", ".join(f"{m['name']} (none on the {m['side']}: {m['why']})" for m in result.missing_grads[:5])
+        more = f" and {len(result.missing_grads) - 5} more" if len(result.missing_grads) > 5 else ""
+        lines.append(f"  gradient on one side only: {shown}{more}")
     if result.unmatched_golden or result.unmatched_target:
+        names = [f"golden {u['name']}" for u in result.unmatched_golden[:3]] + [
+            f"target {u['name']}" for u in result.unmatched_target[:3]]
         lines.append(
-            f"  unmatched: {len(result.unmatched_golden)} golden, {len(result.unmatched_target)} target calls "
-            "(see the report)"
+            f"  unmatched: {len(result.unmatched_golden)} golden, {len(result.unmatched_target)} target calls: "
+            + ", ".join(names) + (" ..." if len(result.unmatched_golden) + len(result.unmatched_target) > 6 else "")
         )
     return lines
 
@@ -211,6 +291,8 @@ def print_summary(result: ComparisonResult, console=None, written: list[str] | N
     status, _ = headline(result)
     style = {"diverged": "bold red", "not comparable": "bold yellow"}.get(status, "bold green")
     lines = summary_lines(result)
+    if golden_line(result):
+        report.print_wrapped(con, lines.pop(0), style="bold yellow")
     report.print_wrapped(con, lines[0], style=style)
     for line in lines[1:]:
         report.print_wrapped(con, line)
@@ -248,11 +330,13 @@ def html_report(result: ComparisonResult) -> report.HtmlReport:
     s = page.section("Verdict", anchor="verdict")
     detail = " | ".join(x.strip() for x in summary_lines(result)[1:]) or None
     s.verdict({"diverged": "fail", "not comparable": "warn"}.get(status, "ok"), text, detail)
+    _html_weights(page, result)
     fd = result.first_divergence
     if fd is not None:
         d = page.section("First divergence", anchor="first-divergence")
         d.kv(
             {
+                "phase": fd.phase,
                 "call": fd.name,
                 "module": fd.module if fd.module is not None else "(none)",
                 "api": fd.api or "",
@@ -310,6 +394,12 @@ def html_report(result: ComparisonResult) -> report.HtmlReport:
     cols = [*_NODE_COLUMNS[:3], report.Column("golden", "golden call", kind="path"), *_NODE_COLUMNS[3:],
             report.Column("source", "called at", kind="path")]
     t.table(cols, rows, highlight=lambda r: r["result"] == "error", filter=True)
+    if result.missing_grads:
+        m = page.section("Gradients on one side only", anchor="missing-grads")
+        m.text("Parameters with a gradient in one run and none in the other (a cut: .detach(), torch.no_grad(), a "
+               "frozen parameter). The culprit is the first backward call flagged above; these are its consequences.")
+        m.table([report.Column("name", "parameter", kind="path"), report.Column("owner", kind="path"),
+                 report.Column("side", "no gradient on"), report.Column("why")], result.missing_grads)
     u = page.section("Unmatched calls", anchor="unmatched")
     ucols = [report.Column("side"), report.Column("name", kind="path"), report.Column("reason")]
     urows = [{"side": "golden", **x} for x in result.unmatched_golden] + [
@@ -323,6 +413,35 @@ def html_report(result: ComparisonResult) -> report.HtmlReport:
         {k: v for k, v in result.meta.items() if not isinstance(v, dict)} | {"mode": result.mode}
     )
     return page
+
+
+def _html_weights(page, result: ComparisonResult) -> None:
+    """The golden's own NaN/Inf (first), then the weights check: every differing tensor, the mapping, one-sided
+    names."""
+    gl = golden_line(result)
+    if gl:
+        page.section("Golden not finite", anchor="golden-nonfinite").verdict("warn", gl, None)
+    w = result.weights
+    if not w:
+        return
+    sec = page.section("Weights", anchor="weights")
+    summary = (f"{w.get('compared')} parameters and buffers compared {w.get('how')}: {len(w.get('differ') or [])} "
+               "differ" + (f"; the golden's were copied into the target ({w.get('copy_reason')})" if w.get("copied")
+                           else ("; each is a finding (the target kept its own weights)" if w.get("differ") else "")))
+    sec.text(summary)
+    if w.get("differ"):
+        sec.table([report.Column("name", "tensor", kind="path"), report.Column("golden_name", "golden name", kind="path"),
+                   report.Column("owner", "module", kind="path"), report.Column("max_abs", "max abs", kind="number"),
+                   report.Column("rel_l2", "rel L2", kind="number"), report.Column("why")],
+                  [{**d, "owner": d.get("owner") or "(root)", "max_abs": _f(d.get("max_abs")),
+                    "rel_l2": _f(d.get("rel_l2"))} for d in w["differ"]],
+                  highlight=lambda r: not w.get("copied"))
+    if w.get("mapping"):
+        sec.table([report.Column("golden", kind="path"), report.Column("target", kind="path")], w["mapping"],
+                  caption="tensors paired although their names differ (the mapping used)")
+    if w.get("missing"):
+        sec.table([report.Column("name", kind="path"), report.Column("side")], w["missing"],
+                  caption="names on one side only (not compared)")
 
 
 def write_outputs(result: ComparisonResult, out_dir: str | os.PathLike[str], stem: str = "compare") -> list[str]:

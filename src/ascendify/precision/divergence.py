@@ -68,6 +68,8 @@ class NodeResult:
     reasons: list[str] = field(default_factory=list)
     note: str | None = None
     not_comparable: bool = False  # a random call (dropout, randperm...) whose draws differ between the runs
+    phase: str = "forward"  # "forward" | "backward" (lockstep with backward=True: gradients, see gradients.py)
+    grads: dict[str, Any] | None = None  # backward nodes: own parameters' gradient relative L2 {"total", "local"}
 
     @property
     def matched(self) -> bool:
@@ -86,7 +88,8 @@ class NodeResult:
     def ratio(self) -> float | None:
         """Local error over its limit (> 1: over the limit); the larger of the device and code checks."""
         vals = []
-        le = (self.local or {}).get("rel_l2", (self.local or {}).get("worst"))
+        loc = self.local or {}
+        le = loc.get("trimmed_rel_l2", loc.get("rel_l2", loc.get("worst")))
         if le is not None and self.limit:
             vals.append(float(le) / self.limit)
         ce = (self.code or {}).get("rel_l2")
@@ -119,6 +122,8 @@ class NodeResult:
                 "reasons": self.reasons,
                 "note": self.note,
                 "not_comparable": self.not_comparable,
+                "phase": self.phase,
+                "grads": self.grads,
             }
         )
 
@@ -137,6 +142,7 @@ class Divergence:
     defined_at: str | None
     reasons: list[str]
     index: int
+    phase: str = "forward"
 
     def to_dict(self) -> dict[str, Any]:
         return _clean(
@@ -150,6 +156,7 @@ class Divergence:
                 "defined_at": self.defined_at,
                 "reasons": self.reasons,
                 "index": self.index,
+                "phase": self.phase,
             }
         )
 
@@ -187,7 +194,12 @@ def first_divergence(nodes: list[NodeResult]) -> NodeResult | None:
 class ComparisonResult:
     """Everything a comparison found. ``nodes`` in target execution order; ``first_divergence`` None when the
     target matches; ``unmatched_golden``/``unmatched_target`` list ``{"name", "reason"}``; ``end_to_end`` the
-    metrics of the final outputs (lockstep); ``meta`` settings (devices, dtypes, autocast, level, thresholds)."""
+    metrics of the final outputs (lockstep); ``meta`` settings (devices, dtypes, autocast, level, thresholds).
+
+    Lockstep also fills ``weights`` (``weights.WeightCheck.to_dict()``: the parameters and buffers compared before
+    anything ran; a differing one is a finding unless the golden weights were copied), ``missing_grads`` (with
+    ``backward=True``: parameters with a gradient on one side only) and ``golden_nonfinite`` (the first golden
+    call whose output holds NaN/Inf: the reference itself is broken, said first)."""
 
     mode: str
     golden: str
@@ -197,6 +209,15 @@ class ComparisonResult:
     unmatched_target: list[dict[str, Any]] = field(default_factory=list)
     end_to_end: dict[str, Any] | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+    weights: dict[str, Any] | None = None
+    missing_grads: list[dict[str, Any]] = field(default_factory=list)
+    golden_nonfinite: dict[str, Any] | None = None
+
+    @property
+    def weight_findings(self) -> list[dict[str, Any]]:
+        """Parameters and buffers that differ and were not copied over (each one a finding)."""
+        w = self.weights or {}
+        return [] if w.get("copied") else list(w.get("differ") or [])
 
     @property
     def flagged(self) -> list[NodeResult]:
@@ -218,6 +239,7 @@ class ComparisonResult:
             defined_at=n.defined_at,
             reasons=list(n.reasons),
             index=self.nodes.index(n),
+            phase=n.phase,
         )
 
     @property
@@ -235,9 +257,10 @@ class ComparisonResult:
 
     @property
     def verdict(self) -> str:
-        """``"divergence"`` (a flagged call), ``"not comparable"`` (nothing flagged, but a random call drew
-        differently, so what follows it proves nothing) or ``"match"``."""
-        if any(n.flagged for n in self.nodes):
+        """``"divergence"`` (a flagged call, a differing weight, a gradient missing on one side), ``"not
+        comparable"`` (nothing flagged, but a random call drew differently, so what follows it proves nothing) or
+        ``"match"``."""
+        if any(n.flagged for n in self.nodes) or self.weight_findings or self.missing_grads:
             return "divergence"
         return "not comparable" if self.not_comparable else "match"
 
@@ -253,7 +276,10 @@ class ComparisonResult:
                 "golden": self.golden,
                 "target": self.target,
                 "verdict": self.verdict,
+                "golden_nonfinite": self.golden_nonfinite,
+                "weights": self.weights,
                 "first_divergence": fd.to_dict() if fd else None,
+                "missing_grads": self.missing_grads,
                 "flagged": [n.name for n in self.flagged],
                 "not_comparable": [n.name for n in self.not_comparable],
                 "not_comparable_fix": _random_advice() if self.not_comparable else None,

@@ -30,6 +30,7 @@ import contextlib
 import copy
 import os
 import sys
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +39,7 @@ from torch.utils._pytree import tree_flatten, tree_map
 
 from ascendify.precision import matching, metrics, thresholds
 from ascendify.precision.divergence import ComparisonResult, NodeResult
+from ascendify.precision.weights import compare_weights, copy_weights  # noqa: F401 (copy_weights: public here too)
 
 LEVELS = ("module", "mix")
 
@@ -94,6 +96,10 @@ class _Call:
     out: Any = None
     source: str | None = None
     defined_at: str | None = None
+    end: int = 0  # when the call finished (forward hooks' order): the reverse is the backward order
+    tapped: list = field(default_factory=list)  # backward: positions of the inputs that carry a gradient
+    gin: dict = field(default_factory=dict)  # backward: position -> gradient the call gave that input
+    gout: dict = field(default_factory=dict)  # backward: position -> gradient its output received
 
     def key(self) -> matching.CallKey:
         own = ()
@@ -173,9 +179,12 @@ def _api_name(func) -> str:
 class _Recorder:
     """Hooks that record every module call (and, at ``mix`` level, every torch API call) of one run."""
 
-    def __init__(self, model: torch.nn.Module, level: str):
+    def __init__(self, model: torch.nn.Module, level: str, grads: bool = False):
         self.model = model
         self.level = level
+        self.grads = grads  # backward: tap inputs and hook outputs (see gradients.py)
+        self.grad_hooks: list = []  # removed once the backward ran
+        self.ended = 0
         self.calls: list[_Call] = []
         self.stack: list[int] = []
         self.counts: dict[str, int] = {}
@@ -204,10 +213,25 @@ class _Recorder:
             )
         )
         self.stack.append(len(self.calls) - 1)
+        if self.grads and torch.is_grad_enabled():
+            from ascendify.precision.gradients import tap_inputs
+
+            call = self.calls[-1]
+            a, k, call.tapped = tap_inputs(args, kwargs, call.gin)
+            if call.tapped:
+                return a, k
+        return None
 
     def _post(self, module, args, kwargs, output):
         if self.stack:
-            self.calls[self.stack.pop()].out = _clone(output)
+            call = self.calls[self.stack.pop()]
+            call.out = _clone(output)
+            call.end = self.ended
+            self.ended += 1
+            if self.grads and torch.is_grad_enabled():
+                from ascendify.precision.gradients import hook_outputs
+
+                self.grad_hooks += hook_outputs(output, call.gout)
 
     def record_api(self, func, args, kwargs, out):
         name = _api_name(func)
@@ -230,8 +254,10 @@ class _Recorder:
                 kwargs=_clone(kwargs),
                 out=_clone(out),
                 source=_call_site(),
+                end=self.ended,
             )
         )
+        self.ended += 1
 
     @contextlib.contextmanager
     def active(self):
@@ -273,32 +299,7 @@ class _ApiMode(torch.overrides.TorchFunctionMode):
         return out
 
 
-def copy_weights(src: torch.nn.Module, dst: torch.nn.Module) -> str:
-    """Copy ``src``'s parameters and buffers into ``dst``: by ``state_dict`` name when the names and shapes agree,
-    else by order and shape (renamed attributes, wrapper levels). Returns how (``"by name"``/``"by order"``);
-    raises ``ValueError`` naming the first entry that fits nowhere."""
-    ss, ds = src.state_dict(), dst.state_dict()
-    if ss.keys() == ds.keys() and all(ss[k].shape == ds[k].shape for k in ss):
-        with torch.no_grad():
-            for k in ds:
-                ds[k].copy_(ss[k])
-        return "by name"
-    sv, dv = list(ss.items()), list(ds.items())
-    if len(sv) != len(dv):
-        # buffers such as num_batches_tracked may differ in count: fall back to parameters only
-        sv = [(n, p.data) for n, p in src.named_parameters(remove_duplicate=False)]
-        dv = [(n, p.data) for n, p in dst.named_parameters(remove_duplicate=False)]
-    if len(sv) != len(dv):
-        raise ValueError(f"cannot copy weights: golden has {len(sv)} tensors, target {len(dv)} (different models?)")
-    with torch.no_grad():
-        for (sn, s), (dn, d) in zip(sv, dv, strict=False):
-            if s.shape != d.shape:
-                raise ValueError(
-                    f"cannot copy weights: golden {sn} {tuple(s.shape)} vs target {dn} {tuple(d.shape)} "
-                    "(different models, or parameters created in a different order)"
-                )
-            d.copy_(s)
-    return "by order"
+_copy_weights = copy_weights  # the keyword of compare_models shadows the function inside it
 
 
 def _reduction_length(module) -> int | None:
@@ -416,10 +417,13 @@ def compare_models(
     target_autocast: torch.dtype | None = None,
     level: str = "module",
     kwargs: dict | None = None,
-    copy_golden_weights: bool = True,
+    copy_weights: bool | None = None,
     code_check: bool = True,
     eval_mode: bool = True,
     tolerance: float = 1.0,
+    backward: bool = False,
+    loss_fn=None,
+    copy_golden_weights: bool | None = None,
 ) -> ComparisonResult:
     """Compare ``target`` against ``golden`` call by call on ``inputs`` (see the module docstring).
 
@@ -428,9 +432,29 @@ def compare_models(
     under ``torch.autocast(target device type, dtype)``; ``level`` is ``"module"`` (module calls) or ``"mix"``
     (module calls and the torch API calls inside them). ``tolerance`` multiplies every limit. The models are
     moved to their devices and put in eval mode (their training flags are restored); ``golden`` and ``target``
-    may be the same object (the target is then a copy). Returns a ``ComparisonResult``."""
+    may be the same object (the target is then a copy). Returns a ``ComparisonResult``.
+
+    Weights are compared first (``weights.compare_weights``): a differing parameter or buffer is a finding and
+    the target keeps its own; ``copy_weights=True`` copies the golden's into the target, ``False`` never copies,
+    None (default) copies only when every floating tensor differs (two random initialisations; the verdict line
+    says so). ``copy_golden_weights`` is the old name of ``copy_weights`` (deprecated).
+
+    ``backward=True`` also runs one backward on both sides and compares gradients module call by module call
+    (``gradients``); ``loss_fn(outputs)`` must return a scalar tensor (default: the mean of the squared float
+    outputs), or give a pair ``(golden loss, target loss)``."""
     if level not in LEVELS:
         raise ValueError(f"level must be one of {', '.join(LEVELS)}, not {level!r}")
+    if copy_golden_weights is not None:
+        import warnings
+
+        warnings.warn("compare_models(copy_golden_weights=...) is deprecated: use copy_weights=", DeprecationWarning,
+                      stacklevel=2)
+        if copy_weights is None:
+            copy_weights = copy_golden_weights
+    if backward:
+        from ascendify.precision import gradients
+
+        g_loss_fn, t_loss_fn = gradients.loss_fns(loss_fn)
     kwargs = kwargs or {}
     target_device = target_device if target_device is not None else golden_device
     if target is golden:
@@ -440,11 +464,25 @@ def compare_models(
         if eval_mode:
             golden.eval()
             target.eval()
+        clock = [time.process_time()]
+        timings: dict[str, float] = {}
+
+        def lap(name: str) -> None:  # CPU seconds per phase, into meta["timings"]
+            now = time.process_time()
+            timings[name] = timings.get(name, 0.0) + now - clock[0]
+            clock[0] = now
+
+        wcheck = compare_weights(golden, target)
+        lap("weights")
         golden.to(device=golden_device, dtype=golden_dtype)
-        how = "not copied"
-        if copy_golden_weights:
+        how = f"target's own ({wcheck.how}; {len(wcheck.differ)} of {wcheck.compared} differ)"
+        copy_now = copy_weights if copy_weights is not None else wcheck.all_differ
+        if copy_now:
+            wcheck.copied = True
+            wcheck.copy_reason = ("asked (copy_weights=True)" if copy_weights else
+                                  "every parameter differed: two random initialisations, not a port defect")
             target.to(device=golden_device, dtype=golden_dtype)
-            how = copy_weights(golden, target)
+            how = "copied from the golden " + _copy_weights(golden, target) + f" ({wcheck.copy_reason})"
         ref = None
         code_note = None
         if code_check:
@@ -466,11 +504,43 @@ def compare_models(
                 return contextlib.nullcontext()
             return torch.autocast(device_type=_device_type(target_device), dtype=target_autocast)
 
-        with torch.no_grad():
-            with _Recorder(golden, level).active() as grec:
-                g_out = golden(*g_in, **g_kw)
-            with _Recorder(target, level).active() as trec, t_ctx():
-                t_out = target(*t_in, **t_kw)
+        lap("setup")
+        if not backward:
+            with torch.no_grad():
+                with _Recorder(golden, level).active() as grec:
+                    g_out = golden(*g_in, **g_kw)
+                with _Recorder(target, level).active() as trec, t_ctx():
+                    t_out = target(*t_in, **t_kw)
+        else:
+            # float inputs carry a gradient (the first layer's input gradient is compared too)
+            for x in _tensors((g_in, g_kw, t_in, t_kw)):
+                if x.is_floating_point():
+                    x.requires_grad_(True)
+            with torch.enable_grad():
+                with _Recorder(golden, level, grads=True).active() as grec:
+                    g_live = golden(*g_in, **g_kw)
+                lap("runs")
+                try:
+                    gside = gradients.run_backward(golden, gradients.check_loss(g_loss_fn(g_live), "golden"))
+                finally:
+                    for h in grec.grad_hooks:
+                        h.remove()
+                lap("backward_runs")
+                g_out = _clone(g_live)
+                del g_live
+                with _Recorder(target, level, grads=True).active() as trec, t_ctx():
+                    t_live = target(*t_in, **t_kw)
+                lap("runs")
+                try:
+                    tside = gradients.run_backward(target, gradients.check_loss(t_loss_fn(t_live), "target"))
+                finally:
+                    for h in trec.grad_hooks:
+                        h.remove()
+                lap("backward_runs")
+                t_out = _clone(t_live)
+                del t_live
+        lap("runs")
+        golden_bad = _first_nonfinite(grec.calls, g_out)
 
         gk = [c.key() for c in grec.calls]
         tk = [c.key() for c in trec.calls]
@@ -537,6 +607,28 @@ def compare_models(
                         node.note = f"code check failed: {type(e).__name__}: {e}"
             _judge(node, tc, gc)
 
+        missing_grads: list = []
+        lap("checks")
+        if backward:
+            from ascendify.precision.gradients import backward_nodes, loss_node
+
+            n_fwd = len(nodes)
+            root_t = next((c for c in trec.calls if c.parent is None and c.kind == "module"), None)
+            root_g = grec.calls[t2g[trec.calls.index(root_t)]] if root_t is not None and trec.calls.index(
+                root_t) in t2g else None
+            lnode = loss_node(g_out, t_out, g_loss_fn, t_loss_fn, n_fwd=n_fwd, target_device=target_device,
+                              convert=lambda g, like: _convert_like(g, like, target_device, target_dtype),
+                              tolerance=tolerance, root_t=root_t, root_g=root_g)
+            bnodes, missing_grads = backward_nodes(
+                grec, trec, t2g, nodes, gside, tside,
+                convert=lambda g, like: _convert_like(g, like, target_device, target_dtype),
+                golden_in=_golden_tensors_in, t_ctx=t_ctx, target_device=target_device, target_dtype=target_dtype,
+                tolerance=tolerance, leaves=leaves, reduction=_reduction_length, ref=ref, golden_dtype=gdt)
+            for b in bnodes:
+                if b.parent is not None:
+                    b.parent += n_fwd
+            nodes = nodes + [lnode] + bnodes
+            lap("backward_checks")
         result = ComparisonResult(
             mode="lockstep",
             golden=f"{type(golden).__name__} on {golden_device} ({gdt})",
@@ -568,12 +660,43 @@ def compare_models(
                 "golden_calls": len(grec.calls),
                 "target_calls": len(trec.calls),
                 "torch": torch.__version__,
+                "timings": {k: round(v, 6) for k, v in timings.items()},
+                "backward": ({"loss": "mean of squared outputs" if loss_fn is None else "loss_fn",
+                              "golden_loss": gside.loss, "target_loss": tside.loss,
+                              "parameters_with_gradient": sum(g is not None for g in tside.grads.values())}
+                             if backward else None),
             },
+            weights=wcheck.to_dict(),
+            missing_grads=missing_grads,
+            golden_nonfinite=golden_bad,
         )
         return result
     finally:
         golden.train(modes[0])
         target.train(modes[1])
+
+
+def _nonfinite(obj) -> tuple[int, int]:
+    nan = inf = 0
+    for t in _tensors(obj):
+        if t.is_floating_point() and t.numel():
+            nan += int(torch.isnan(t).sum())
+            inf += int(torch.isinf(t).sum())
+    return nan, inf
+
+
+def _first_nonfinite(calls: list[_Call], out) -> dict[str, Any] | None:
+    """The first golden call (in the order calls finished) whose output holds NaN/Inf its inputs did not: the
+    reference itself is broken there. None when the golden's outputs are finite throughout."""
+    if not any(_nonfinite(c.out) != (0, 0) for c in calls) and _nonfinite(out) == (0, 0):
+        return None
+    for c in sorted(calls, key=lambda c: c.end):
+        nan, inf = _nonfinite(c.out)
+        if (nan or inf) and _nonfinite((c.args, c.kwargs)) == (0, 0):
+            return {"call": c.display, "module": c.path if c.kind == "module" else c.owner, "nan": nan, "inf": inf,
+                    "source": c.source}
+    nan, inf = _nonfinite(out)
+    return {"call": "(inputs or outputs)", "module": None, "nan": nan, "inf": inf, "source": None}
 
 
 def _leaf_counts(calls: list[_Call]) -> list[int]:
