@@ -18,7 +18,9 @@ nothing); on other devices two more reductions run on the device, so the host is
 
 from __future__ import annotations
 
+import ctypes
 import math
+import sys
 
 import torch
 
@@ -92,12 +94,83 @@ def stat_vector(t: torch.Tensor) -> torch.Tensor | None:
     if x.dtype not in _HALF:
         x = x.to(torch.float32)  # integers and bool: small tensors in practice
     m = _memory_order(x)
+    head = _fused_head(m)
+    if head is not None:
+        return torch.cat([head if head.device == x.device else head.to(x.device), fingerprint(x)])
     acc = torch.float64 if x.dtype == torch.float64 else torch.float32
     mn, mx = torch.aminmax(m)
     total = m.sum(dtype=acc)
     norm = torch.linalg.vector_norm(m, dtype=acc)
     head = torch.stack([mn.to(acc), mx.to(acc), total, norm]).to(torch.float32)
     return torch.cat([head, _counts(m, norm), fingerprint(x)])
+
+
+_FUSED = {torch.float32: "stats_f32", torch.bfloat16: "stats_bf16", torch.float16: "stats_f16"}
+_fused_fns: dict | None = None
+_pu1: str | None = None
+
+
+def _host_memory(t: torch.Tensor) -> bool:
+    """``t``'s data pointer is host memory: a CPU tensor, or one of the emulated npu (host memory retagged)."""
+    dev = t.device.type
+    if dev == "cpu":
+        return True
+    rt = sys.modules.get("ascendify.emulator.runtime")
+    if rt is None or not getattr(rt, "enabled", False):
+        return False
+    global _pu1
+    if _pu1 is None:
+        _pu1 = torch._C._get_privateuse1_backend_name()
+    return dev == _pu1
+
+
+def _fused_head(m: torch.Tensor) -> torch.Tensor | None:
+    """[min, max, sum, norm, nan_count, inf_count] by one pass of the C kernel (``fused_stats``), as a float32 CPU
+    tensor; None where the kernel is not available or does not cover ``m`` (then the torch path runs)."""
+    global _fused_fns
+    if _fused_fns is None:
+        from ascendify.precision import fused_stats
+
+        lib = fused_stats.kernel()
+        _fused_fns = {dt: getattr(lib, name, None) for dt, name in _FUSED.items()} if lib is not None else {}
+    fn = _fused_fns.get(m.dtype)
+    if fn is None or not _host_memory(m):
+        return None
+    if m.is_contiguous():
+        n = m.numel()
+        sizes, strides, nd = _ONE(n), _ONE(1), 1
+    else:
+        lay = _runs(m)
+        if lay is None:
+            return None
+        sizes, strides, nd = lay
+    out = torch.empty(6)
+    fn(m.data_ptr(), nd, sizes, strides, out.data_ptr())
+    return out
+
+
+def _ONE(v: int):
+    return (ctypes.c_int64 * 1)(v)
+
+
+def _runs(m: torch.Tensor):
+    """``m`` (in memory order) as rows of contiguous runs: (sizes, strides, ndim) as ctypes arrays, dims merged
+    where they are contiguous with each other; None when the innermost stride is not 1 or runs are short."""
+    sizes: list[int] = []
+    strides: list[int] = []
+    for sz, st in zip(m.shape, m.stride(), strict=True):
+        if sz == 1:
+            continue
+        if sizes and strides[-1] == st * sz:
+            sizes[-1] *= sz
+            strides[-1] = st
+        else:
+            sizes.append(sz)
+            strides.append(st)
+    if not sizes or strides[-1] != 1 or sizes[-1] < 16 or len(sizes) > 16:
+        return None
+    n = len(sizes)
+    return (ctypes.c_int64 * n)(*sizes), (ctypes.c_int64 * n)(*strides), n
 
 
 def view_vector(base_vec: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
