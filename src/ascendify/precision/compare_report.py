@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ascendify import report
-from ascendify.precision import randomness
+from ascendify.precision import autocast_policy, randomness
 from ascendify.precision.curves import CurvesResult
 from ascendify.precision.divergence import ComparisonResult, NodeResult, culprits
 
@@ -160,6 +160,7 @@ def summary_lines(result: ComparisonResult) -> list[str]:
             f"  {len(result.flagged)} flagged calls, {n_cul} with no flagged call inside "
             f"({result.matched_count} of {len(result.nodes)} target calls matched)"
         )
+    lines += autocast_policy.summary_lines(result)
     if result.unmatched_golden or result.unmatched_target:
         lines.append(
             f"  unmatched: {len(result.unmatched_golden)} golden, {len(result.unmatched_target)} target calls "
@@ -319,6 +320,7 @@ def html_report(result: ComparisonResult) -> report.HtmlReport:
         u.table(ucols, urows)
     else:
         u.text("Every call found its counterpart.")
+    autocast_policy.html_section(page, result)
     page.section("Settings", anchor="settings").kv(
         {k: v for k, v in result.meta.items() if not isinstance(v, dict)} | {"mode": result.mode}
     )

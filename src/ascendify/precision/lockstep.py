@@ -570,10 +570,23 @@ def compare_models(
                 "torch": torch.__version__,
             },
         )
+        _autocast_policy(result, trec.calls, nodes, target_autocast)
         return result
     finally:
         golden.train(modes[0])
         target.train(modes[1])
+
+
+def _autocast_policy(result: ComparisonResult, calls: list[_Call], nodes: list[NodeResult], ac) -> None:
+    """Which target calls ran in another dtype than CUDA autocast would have (``autocast_policy``)."""
+    from ascendify.precision import autocast_policy
+
+    try:
+        ap = autocast_policy.lockstep_differences(calls, nodes, ac)
+    except Exception as e:  # an explanation, never a reason to lose the comparison
+        ap = {"error": f"{type(e).__name__}: {e}", "calls": []}
+    if ap is not None:
+        result.meta["autocast_policy"] = ap
 
 
 def _leaf_counts(calls: list[_Call]) -> list[int]:
