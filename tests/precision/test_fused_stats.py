@@ -60,9 +60,15 @@ def test_layouts_the_kernel_does_not_cover_use_torch(base):
         assert a == pytest.approx(b, rel=1e-5, abs=1e-4)
 
 
-def test_same_vector_as_the_torch_path(base, monkeypatch):
-    fast = stats.stat_vector(base)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("n", [300, 20_000])  # every element / 4,096 sampled positions
+def test_same_vector_as_the_torch_path(monkeypatch, dtype, n):
+    t = torch.randn(n, generator=torch.Generator().manual_seed(n)).to(dtype)
+    fast, view = stats.stat_vector(t), stats.view_vector(torch.arange(14.0), t)
     monkeypatch.setattr(stats, "_fused_fns", {})  # as where no compiler is found
-    slow = stats.stat_vector(base)
-    assert torch.allclose(fast, slow, rtol=1e-4, atol=1e-4)
-    assert torch.equal(fast[6:], slow[6:])  # the fingerprint is the same computation
+    slow, slow_view = stats.stat_vector(t), stats.view_vector(torch.arange(14.0), t)
+    assert torch.allclose(fast[:6], slow[:6], rtol=1e-5, atol=1e-5)
+    # the fingerprint: the same sum, in double in the kernel; torch's float32 mv is off by up to ~3e-6 relative
+    # over 4,096 terms (depending on its code path), well under float32's compare limit of 1e-5
+    assert (fast[6:] - slow[6:]).norm() <= 5e-6 * slow[6:].norm()
+    assert torch.equal(view[:6], torch.arange(6.0)) and torch.allclose(view[6:], slow_view[6:], rtol=1e-5, atol=1e-6)

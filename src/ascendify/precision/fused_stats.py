@@ -108,13 +108,29 @@ void NAME(const T* x, int ndim, const int64_t* sizes, const int64_t* strides, fl
     out[4] = (float)nans; out[5] = (float)infs;                                                                  \
 }
 
+/* the fingerprint (precision.model) of a contiguous tensor: out[j] = scale * sum_i w[i*8+j] * x[pos[i]] (pos NULL:
+   every element, k = n), accumulated in double */
+#define FINGERPRINT(NAME, T, LOAD)                                                                               \
+void NAME(const T* x, const int64_t* pos, int64_t k, const float* w, float scale, float* out) {                   \
+    double acc[8] = {0., 0., 0., 0., 0., 0., 0., 0.};                                                            \
+    for (int64_t i = 0; i < k; i++) {                                                                            \
+        float v = LOAD(x[pos ? pos[i] : i]);                                                                     \
+        const float* wi = w + 8 * i;                                                                             \
+        for (int j = 0; j < 8; j++) acc[j] += (double)wi[j] * v;                                                 \
+    }                                                                                                            \
+    for (int j = 0; j < 8; j++) out[j] = (float)(acc[j] * scale);                                                \
+}
+
 #define ID(v) (v)
 #define BF(v) bf16_to_f32(v)
 #define HF(v) ((float)(v))
 KERNEL(stats_f32, run_f32, float, ID)
 KERNEL(stats_bf16, run_bf16, uint16_t, BF)
+FINGERPRINT(fp_f32, float, ID)
+FINGERPRINT(fp_bf16, uint16_t, BF)
 #ifdef WITH_F16
 KERNEL(stats_f16, run_f16, _Float16, HF)
+FINGERPRINT(fp_f16, _Float16, HF)
 #endif
 """
 
@@ -182,6 +198,12 @@ def kernel():
             fn = getattr(lib, name, None)
             if fn is not None:
                 fn.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+                fn.restype = None
+        for name in ("fp_f32", "fp_bf16", "fp_f16"):
+            fn = getattr(lib, name, None)
+            if fn is not None:
+                fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_float,
+                               ctypes.c_void_p]
                 fn.restype = None
         _lib = lib
         return _lib

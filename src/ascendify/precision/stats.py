@@ -94,9 +94,9 @@ def stat_vector(t: torch.Tensor) -> torch.Tensor | None:
     if x.dtype not in _HALF:
         x = x.to(torch.float32)  # integers and bool: small tensors in practice
     m = _memory_order(x)
-    head = _fused_head(m)
-    if head is not None:
-        return torch.cat([head if head.device == x.device else head.to(x.device), fingerprint(x)])
+    vec = _fused_vector(x, m)
+    if vec is not None:
+        return vec
     acc = torch.float64 if x.dtype == torch.float64 else torch.float32
     mn, mx = torch.aminmax(m)
     total = m.sum(dtype=acc)
@@ -124,28 +124,65 @@ def _host_memory(t: torch.Tensor) -> bool:
     return dev == _pu1
 
 
-def _fused_head(m: torch.Tensor) -> torch.Tensor | None:
-    """[min, max, sum, norm, nan_count, inf_count] by one pass of the C kernel (``fused_stats``), as a float32 CPU
-    tensor; None where the kernel is not available or does not cover ``m`` (then the torch path runs)."""
+def _kernels(dtype: torch.dtype):
+    """(statistics kernel, fingerprint kernel) of the C library for ``dtype``, or (None, None)."""
     global _fused_fns
     if _fused_fns is None:
         from ascendify.precision import fused_stats
 
         lib = fused_stats.kernel()
-        _fused_fns = {dt: getattr(lib, name, None) for dt, name in _FUSED.items()} if lib is not None else {}
-    fn = _fused_fns.get(m.dtype)
+        _fused_fns = {}
+        if lib is not None:
+            for dt, name in _FUSED.items():
+                st, fp = getattr(lib, name, None), getattr(lib, name.replace("stats_", "fp_"), None)
+                if st is not None and fp is not None:
+                    _fused_fns[dt] = (st, fp)
+    return _fused_fns.get(dtype, (None, None))
+
+
+def _fused_head(m: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor | None:
+    """[min, max, sum, norm, nan_count, inf_count] by one pass of the C kernel (``fused_stats``), written into the
+    first 6 numbers of ``out`` (a float32 CPU tensor; a new one of 6 when None); None where the kernel is not
+    available or does not cover ``m`` (then the torch path runs)."""
+    fn = _kernels(m.dtype)[0]
     if fn is None or not _host_memory(m):
         return None
     if m.is_contiguous():
-        n = m.numel()
-        sizes, strides, nd = _ONE(n), _ONE(1), 1
+        sizes, strides, nd = _ONE(m.numel()), _ONE(1), 1
     else:
         lay = _runs(m)
         if lay is None:
             return None
         sizes, strides, nd = lay
-    out = torch.empty(6)
+    if out is None:
+        out = torch.empty(6)
     fn(m.data_ptr(), nd, sizes, strides, out.data_ptr())
+    return out
+
+
+_CPU = torch.device("cpu")
+_F32 = ctypes.sizeof(ctypes.c_float)
+
+
+def _fused_fingerprint(x: torch.Tensor, out: torch.Tensor) -> bool:
+    """Write ``x``'s fingerprint into ``out[6:14]`` (a float32 CPU tensor) with the C kernel; False where it does not
+    apply (not contiguous, not host memory, no kernel): then ``fingerprint`` (torch) is the way."""
+    fn = _kernels(x.dtype)[1]
+    if fn is None or not x.is_contiguous() or not _host_memory(x):
+        return False
+    pos, w, scale = fingerprint_plan(x.numel(), _CPU)
+    k = x.numel() if pos is None else pos.numel()
+    fn(x.data_ptr(), None if pos is None else pos.data_ptr(), k, w.data_ptr(), scale, out.data_ptr() + 6 * _F32)
+    return True
+
+
+def _fused_vector(x: torch.Tensor, m: torch.Tensor) -> torch.Tensor | None:
+    """The whole statistics vector of ``x`` (``m``: ``x`` in memory order) on the CPU with the C kernels, or None."""
+    out = torch.empty(STAT_LEN)
+    if _fused_head(m, out) is None:
+        return None
+    if not _fused_fingerprint(x, out):
+        out[6:].copy_(fingerprint(x))
     return out
 
 
@@ -176,7 +213,13 @@ def _runs(m: torch.Tensor):
 def view_vector(base_vec: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
     """The statistics vector of ``t``, a view holding exactly the elements of a tensor whose vector is
     ``base_vec``: the statistics are the same, only the fingerprint (which depends on positions) is new."""
-    return torch.cat([base_vec[:6], fingerprint(t.detach())])
+    x = t.detach()
+    if base_vec.device.type == "cpu" and base_vec.dtype == torch.float32:
+        out = torch.empty(STAT_LEN)
+        if _fused_fingerprint(x, out):
+            ctypes.memmove(out.data_ptr(), base_vec.data_ptr(), 6 * _F32)
+            return out
+    return torch.cat([base_vec[:6], fingerprint(x)])
 
 
 def _counts(m: torch.Tensor, norm: torch.Tensor) -> torch.Tensor:
