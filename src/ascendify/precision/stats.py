@@ -1,19 +1,23 @@
 """Tensor statistics and the fingerprint, computed on the tensor's device with no host synchronisation.
 
-``stat_vector(t)`` returns one small float32 tensor on ``t``'s device::
+``stat_vector(t)`` returns one small float32 tensor on ``t``'s device (on the CPU when the C kernel made it)::
 
     [min, max, sum, l2norm, nan_count, inf_count, fp_0 .. fp_7]      (STAT_LEN = 14 numbers)
 
 The dumper keeps these vectors in a list and moves them to the host once per step (``torch.stack(...).tolist()``);
 ``to_tensor_stats`` turns one row into a ``model.TensorStats``. The fingerprint is defined in ``precision.model``.
 
-Cost: three reductions over the data (``aminmax``, ``sum``, ``linalg.vector_norm``; bfloat16/float16 are reduced in
-float32 without a converted copy; a non-contiguous tensor is first permuted into its memory order, which changes
-none of these values and lets the reductions read memory in sequence), plus the fingerprint's gather of at most
-``FINGERPRINT_SAMPLES`` elements. ``view_vector`` reuses the first four numbers for a view of an already summarised
-tensor (same storage, same number of elements: a transpose, a ``view``), so views cost only the gather.
-NaN/Inf counts: on the CPU they are counted only when the norm is not finite (reading one number there costs
-nothing); on other devices two more reductions run on the device, so the host is never waited for per tensor.
+Cost: on the CPU (and the emulated npu, whose tensors are host memory) one pass of a C kernel
+(``fused_stats``) over the data gives min, max, sum, norm and the NaN/Inf counts, and a second small kernel the
+fingerprint, both writing into the vector: no torch op but its allocation. Elsewhere (other devices, layouts the
+kernel does not cover, no C compiler) three torch reductions (``aminmax``, ``sum``, ``linalg.vector_norm``;
+bfloat16/float16 reduced in float32 without a converted copy; a non-contiguous tensor first permuted into its
+memory order, which changes none of these values and lets the reductions read memory in sequence), plus the
+fingerprint's gather of at most ``FINGERPRINT_SAMPLES`` elements. ``view_vector`` reuses the first six numbers for
+a view of an already summarised tensor (same storage, same number of elements: a transpose, a ``view``), so views
+cost only the gather. NaN/Inf counts on the torch path: on the CPU they are counted only when the norm is not
+finite (reading one number there costs nothing); on other devices two more reductions run on the device, so the
+host is never waited for per tensor.
 """
 
 from __future__ import annotations
