@@ -105,3 +105,48 @@ def test_compare_overflow_names_the_op_deep_inside(tmp_path):
     assert (first["api"], first["direction"], first["line"]) == ("mul", "forward", 12)
     assert first["file"].endswith("net.py") and first["module"].endswith("inner")
     assert ovf["npu_overflow_mode"]["mode"] == "inf_nan"
+
+
+class _Boost(__import__("torch").autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * 1e9  # LINE_BACKWARD: a loss scale gone wrong
+
+
+def test_one_record_run_names_the_deep_forward_op_first_and_the_backward_one():
+    import torch
+    import torch.nn as nn
+
+    from ascendify.precision import overflow
+
+    class Deep(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(16, 16)
+
+        def forward(self, x):
+            return torch.exp(self.fc(x))  # LINE_FORWARD: past 65,504 once the input is over 11.1
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = nn.Sequential(nn.Linear(16, 16), nn.Sequential(Deep()))
+            self.b = nn.Linear(16, 4)
+
+        def forward(self, x):
+            return self.b(torch.tanh(_Boost.apply(self.a(x))))
+
+    torch.manual_seed(0)
+    net = Net().half()
+    x = (torch.randn(8, 16) * 30).half()
+    s = overflow.watch_run(lambda: net(x).float().pow(2).mean().backward())
+    src = open(__file__).read().splitlines()
+    line = {tag: next(i + 1 for i, t in enumerate(src) if tag in t) for tag in ("LINE_FORWARD", "LINE_BACKWARD")}
+    got = [(f["api"], f["direction"], f["line"], f["module"] or f["autograd_node"]) for f in s["findings"]]
+    assert got == [("exp", "forward", line["LINE_FORWARD"], "Net.a.1.0"),
+                   ("mul", "backward", line["LINE_BACKWARD"], "_BoostBackward")]
+    assert all(f["file"] == __file__ for f in s["findings"])
