@@ -769,7 +769,9 @@ class Dumper:
                         if ac:
                             rec.autocast = str(torch.get_autocast_dtype(ac[-1]))
                         self._record_inputs(rec, args, kwargs, grad_on)
-                        for pname, p in module.named_parameters(recurse=False):
+                        for pname, p in module._parameters.items():  # named_parameters(recurse=False), cheaper
+                            if p is None:
+                                continue
                             rec.params[pname] = (_meta(p), self._stat(p))
                             if self.backward and p.requires_grad and id(p) not in self._param_handles:
                                 self._param_handles[id(p)] = p.register_hook(self._param_grad_hook(path, cls, pname))

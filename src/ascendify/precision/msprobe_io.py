@@ -237,7 +237,7 @@ def _link(src: Path, dst: Path) -> None:
 
 
 def _is_positional(key: str) -> bool:
-    return key.split(".")[0].isdigit()
+    return key[:1].isdigit()  # "0", "1.0"; keyword names never start with a digit
 
 
 def _dense(items: list) -> list:
