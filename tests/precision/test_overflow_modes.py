@@ -150,3 +150,10 @@ def test_one_record_run_names_the_deep_forward_op_first_and_the_backward_one():
     assert got == [("exp", "forward", line["LINE_FORWARD"], "Net.a.1.0"),
                    ("mul", "backward", line["LINE_BACKWARD"], "_BoostBackward")]
     assert all(f["file"] == __file__ for f in s["findings"])
+
+
+def test_compare_overflow_needs_a_model(tmp_path):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    r = subprocess.run([sys.executable, "-m", "ascendify", "compare", "a", "b", "--overflow", "-o", str(tmp_path / "o")],
+                       capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 2 and "--overflow" in r.stderr and "--model" in r.stderr

@@ -83,6 +83,8 @@ def run(args: argparse.Namespace) -> int:
         return _err("give two dumps, or --model FILE:FACTORY, or --curves A B (exactly one of them)", 2)
     if args.tolerance is not None and args.tolerance <= 0:
         return _err("--tolerance must be positive", 2)
+    if getattr(args, "overflow", False) and not args.model:
+        return _err("--overflow runs the target model: it needs --model (for a program, ascendify dump --overflow)", 2)
     from ascendify.core.fileio import folder_problem
 
     if problem := folder_problem(args.out):  # before any model is built or dump read
