@@ -1,13 +1,14 @@
 """Overhead of dumping: a forward pass of a small transformer with and without a statistics dump.
 
-Variants: ours at API level and at mix level (statistics mode), and, when mindstudio-probe is installed, msprobe's
+Variants: ours at API level and at mix level (statistics mode), ours at mix level in tensor mode (every tensor
+saved as a ``.pt`` file), and, when mindstudio-probe is installed, msprobe's
 statistics L1 and mix on the same model. Each variant runs in its own process (msprobe's debugger is a process-wide
 singleton), and in that process rounds with and without the dump alternate, so the ratio compares like with like
 on a busy machine. One thread; the clock is process CPU time (``--clock wall`` for wall time). Each round is
 ``--iters`` forward passes; the dump is started before and stopped (written) after each pass, one step per pass.
 
     python benchmarks/dump_overhead.py [--batch 32] [--seq 64] [--d-model 256] [--layers 2] [--rounds 7] [--iters 3]
-                                       [--no-grad] [--variants ours-api,ours-mix,msprobe-L1,msprobe-mix] [--json FILE]
+                                       [--no-grad] [--variants ours-api,ours-mix,ours-mix-tensors,...] [--json FILE]
 
 The model: token embedding, ``--layers`` pre-norm blocks (attention written out with matmul/softmax, GELU MLP of
 4 x ``--d-model``), a final LayerNorm and a linear head over a 1,000-token vocabulary.
@@ -28,7 +29,7 @@ import sys
 import tempfile
 import time
 
-VARIANTS = ["ours-api", "ours-mix", "msprobe-L1", "msprobe-mix"]
+VARIANTS = ["ours-api", "ours-mix", "ours-mix-tensors", "msprobe-L1", "msprobe-mix"]
 
 
 def make_model(torch, vocab=1000, d=256, heads=4, layers=2, ff=None):
@@ -107,9 +108,10 @@ def worker(variant: str, a) -> dict:
         from ascendify.precision import dump
 
         level = variant.split("-")[1]
+        mode = "tensors" if variant.endswith("-tensors") else "stats"
 
         def with_dump():
-            with dump(model, out, level=level, mode="stats", backward=not a.no_grad):
+            with dump(model, out, level=level, mode=mode, backward=not a.no_grad):
                 model(idx)
 
     else:

@@ -78,6 +78,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--step", type=int, default=None, help="dumps: which step (default: the first)")
     p.add_argument("--rank", type=int, default=None, help="dumps: which rank (default: every rank of the golden)")
     p.add_argument("--json", action="store_true", help="print the JSON result on stdout instead of the summary")
+    p.add_argument("--overflow", action="store_true",
+                   help="lockstep: also run the target once (forward and backward) watching for the first inf/NaN")
 
 
 def _err(msg: str, code: int) -> int:
@@ -91,6 +93,8 @@ def run(args: argparse.Namespace) -> int:
         return _err("give two dumps, or --model FILE:FACTORY, or --curves A B (exactly one of them)", 2)
     if args.tolerance is not None and args.tolerance <= 0:
         return _err("--tolerance must be positive", 2)
+    if getattr(args, "overflow", False) and not args.model:
+        return _err("--overflow runs the target model: it needs --model (for a program, ascendify dump --overflow)", 2)
     from ascendify.core.fileio import folder_problem
 
     if problem := folder_problem(args.out):  # before any model is built or dump read
@@ -271,9 +275,31 @@ def run_model_compare(args):
     )
 
 
+def _overflow_run(args, result) -> None:
+    """``--overflow``: the target model (built again with the same seed) run once on the target setting under the
+    overflow watch; the finding goes in the result (``meta["overflow"]``) and on stderr."""
+    import torch
+
+    from ascendify.device import placement
+    from ascendify.precision import loading, overflow
+
+    tdev, tprec = _parse_setting(args.target_spec, "--target")
+    device = placement.resolve_device(tdev)[0] if tdev.split(":")[0] != "cpu" else tdev
+    torch.manual_seed(args.seed)
+    target = loading.build(args.model)
+    inputs, kwargs = loading.batch(args.inputs, target, seed=args.seed)
+    ac = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[tprec]
+    s = overflow.target_run(target, inputs, kwargs, device, ac)
+    result.meta["overflow"] = s
+    if not args.json:
+        overflow.print_summary(s, title="ascendify compare --overflow")
+
+
 def _run_model(args) -> int:
     try:
         result = run_model_compare(args)
+        if getattr(args, "overflow", False):
+            _overflow_run(args, result)
     except ImportError as e:
         return _err(f"lockstep comparison needs PyTorch ({e})", 3)
     except (ValueError, OSError, SyntaxError, AttributeError, TypeError) as e:

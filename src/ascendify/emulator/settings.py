@@ -15,6 +15,13 @@ setting                   environment variable                   default   meani
                                                                            ``warn`` or ``error``
 ``fp16_overflow``         ``ASCENDIFY_EMULATE_FP16_OVERFLOW``    ``off``   inf/nan produced by an fp16/bf16 op from
                                                                            finite inputs: ``off``, ``warn``, ``error``
+``overflow_mode``         ``ASCENDIFY_EMULATE_OVERFLOW_MODE``    ``inf_nan``  CANN's floating-point overflow mode:
+                                                                           ``inf_nan`` (IEEE 754 inf/NaN, the default
+                                                                           on Atlas A2/A3) or ``saturation`` (inf ->
+                                                                           +-max of the dtype, NaN -> 0, as on Atlas
+                                                                           training series (910A), or A2/A3 with
+                                                                           ``INF_NAN_MODE_ENABLE=0`` and
+                                                                           ``INF_NAN_MODE_FORCE_DISABLE=1``)
 ``memory_capacity``       ``ASCENDIFY_EMULATE_MEMORY``           64 GiB    emulated device memory in bytes (suffixes
                                                                            K/M/G/T accepted); beyond it allocations
                                                                            raise ``torch.OutOfMemoryError``
@@ -47,6 +54,9 @@ from collections.abc import Mapping
 MODES = ("warn", "error")
 FLOAT64_MODES = ("allow", "warn", "error")
 OVERFLOW_MODES = ("off", "warn", "error")
+FLOAT_OVERFLOW_MODES = ("inf_nan", "saturation")
+# chips that only saturate (Atlas training series, the 910A family): CANN ignores INF_NAN_MODE_ENABLE there
+SATURATION_ONLY = ("Ascend910A", "Ascend910ProA", "Ascend910ProB", "Ascend910PremiumA")
 _SUFFIX = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
@@ -76,6 +86,7 @@ class Settings:
     fidelity: str = "warn"
     float64: str = "warn"
     fp16_overflow: str = "off"
+    overflow_mode: str = "inf_nan"
     memory_capacity: int = 64 << 30
     device_count: int = 8
     device_name: str = "Ascend910B3"
@@ -85,7 +96,8 @@ class Settings:
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the bad setting."""
-        checks = (("fidelity", MODES), ("float64", FLOAT64_MODES), ("fp16_overflow", OVERFLOW_MODES))
+        checks = (("fidelity", MODES), ("float64", FLOAT64_MODES), ("fp16_overflow", OVERFLOW_MODES),
+                  ("overflow_mode", FLOAT_OVERFLOW_MODES))
         for name, allowed in checks:
             if getattr(self, name) not in allowed:
                 raise ValueError(f"emulator setting {name}={getattr(self, name)!r}: expected one of {allowed}")
@@ -119,6 +131,11 @@ class Settings:
             s.float64 = v.strip().lower()
         if v := env.get("ASCENDIFY_EMULATE_FP16_OVERFLOW"):
             s.fp16_overflow = v.strip().lower()
+        if v := env.get("ASCENDIFY_EMULATE_DEVICE_NAME"):
+            s.device_name = v.strip()
+        s.overflow_mode = overflow_mode_for(s.device_name, env)
+        if v := env.get("ASCENDIFY_EMULATE_OVERFLOW_MODE"):
+            s.overflow_mode = v.strip().lower().replace("-", "_")
         if v := env.get("ASCENDIFY_EMULATE_MEMORY"):
             s.memory_capacity = parse_bytes(v)
         if v := env.get("ASCEND_RT_VISIBLE_DEVICES"):  # torch_npu's device selection: "0,1" -> 2 devices
@@ -130,8 +147,6 @@ class Settings:
                 s.device_count = int(v)
             except ValueError:
                 raise ValueError(f"ASCENDIFY_EMULATE_DEVICES={v!r}: expected an integer") from None
-        if v := env.get("ASCENDIFY_EMULATE_DEVICE_NAME"):
-            s.device_name = v.strip()
         s.single_device = "LOCAL_RANK" in env
         if v := env.get("ASCENDIFY_EMULATE_SINGLE_DEVICE"):
             s.single_device = v.strip().lower() not in ("0", "false", "no", "off")
@@ -141,3 +156,20 @@ class Settings:
             s.self_test = v.strip().lower() not in ("0", "false", "no", "off")
         s.validate()
         return s
+
+
+def overflow_mode_for(device_name: str, env: Mapping[str, str]) -> str:
+    """CANN's overflow mode on ``device_name`` under ``env`` (torch_npu's ``INF_NAN_MODE_ENABLE``, default 1; on
+    Atlas A2/A3 a 0 takes effect only with ``INF_NAN_MODE_FORCE_DISABLE=1``; Atlas training series chips only
+    saturate).
+
+    >>> overflow_mode_for("Ascend910B3", {}), overflow_mode_for("Ascend910A", {})
+    ('inf_nan', 'saturation')
+    >>> overflow_mode_for("Ascend910B3", {"INF_NAN_MODE_ENABLE": "0", "INF_NAN_MODE_FORCE_DISABLE": "1"})
+    'saturation'
+    """
+    if device_name.startswith(SATURATION_ONLY):
+        return "saturation"
+    if env.get("INF_NAN_MODE_ENABLE", "1").strip() == "0" and env.get("INF_NAN_MODE_FORCE_DISABLE", "").strip() == "1":
+        return "saturation"
+    return "inf_nan"

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ascendify import report
-from ascendify.precision import randomness
+from ascendify.precision import autocast_policy, randomness
 from ascendify.precision.curves import CurvesResult
 from ascendify.precision.divergence import ComparisonResult, NodeResult, culprits
 
@@ -238,6 +238,7 @@ def summary_lines(result: ComparisonResult) -> list[str]:
         shown = ", ".join(f"{m['name']} (none on the {m['side']}: {m['why']})" for m in result.missing_grads[:5])
         more = f" and {len(result.missing_grads) - 5} more" if len(result.missing_grads) > 5 else ""
         lines.append(f"  gradient on one side only: {shown}{more}")
+    lines += autocast_policy.summary_lines(result)
     if result.unmatched_golden or result.unmatched_target:
         names = [f"golden {u['name']}" for u in result.unmatched_golden[:3]] + [
             f"target {u['name']}" for u in result.unmatched_target[:3]]
@@ -409,6 +410,7 @@ def html_report(result: ComparisonResult) -> report.HtmlReport:
         u.table(ucols, urows)
     else:
         u.text("Every call found its counterpart.")
+    autocast_policy.html_section(page, result)
     page.section("Settings", anchor="settings").kv(
         {k: v for k, v in result.meta.items() if not isinstance(v, dict)} | {"mode": result.mode}
     )

@@ -388,7 +388,7 @@ def compare_dumps(
             node.note = f"wrapper level: compared with golden {gn[gi].name}"
         numeric[ti] = _judge(node, gn[gi], t, gd, td, tolerance, run_low)
     _explain_inside(nodes, numeric)
-    return ComparisonResult(
+    result = ComparisonResult(
         mode="dump",
         golden=f"{gd.root} ({gd.framework}, {gd.level}, {gd.mode}, step {gd.step}, rank {gd.rank})",
         target=f"{td.root} ({td.framework}, {td.level}, {td.mode}, step {td.step}, rank {td.rank})",
@@ -413,3 +413,19 @@ def compare_dumps(
             "target_meta": td.meta,
         },
     )
+    _autocast_policy(result, td)
+    return result
+
+
+def _autocast_policy(result: ComparisonResult, td: Dump) -> None:
+    """Which target API calls ran in another dtype than CUDA autocast would have (``autocast_policy``)."""
+    if not any(n.autocast for n in td.nodes):
+        return
+    from ascendify.precision import autocast_policy
+
+    try:
+        ap = autocast_policy.dump_differences(td)
+    except Exception as e:  # an explanation, never a reason to lose the comparison
+        ap = {"error": f"{type(e).__name__}: {e}", "calls": []}
+    if ap is not None:
+        result.meta["autocast_policy"] = ap

@@ -670,6 +670,7 @@ def compare_models(
             missing_grads=missing_grads,
             golden_nonfinite=golden_bad,
         )
+        _autocast_policy(result, trec.calls, nodes, target_autocast)
         return result
     finally:
         golden.train(modes[0])
@@ -697,6 +698,18 @@ def _first_nonfinite(calls: list[_Call], out) -> dict[str, Any] | None:
                     "source": c.source}
     nan, inf = _nonfinite(out)
     return {"call": "(inputs or outputs)", "module": None, "nan": nan, "inf": inf, "source": None}
+
+
+def _autocast_policy(result: ComparisonResult, calls: list[_Call], nodes: list[NodeResult], ac) -> None:
+    """Which target calls ran in another dtype than CUDA autocast would have (``autocast_policy``)."""
+    from ascendify.precision import autocast_policy
+
+    try:
+        ap = autocast_policy.lockstep_differences(calls, nodes, ac)
+    except Exception as e:  # an explanation, never a reason to lose the comparison
+        ap = {"error": f"{type(e).__name__}: {e}", "calls": []}
+    if ap is not None:
+        result.meta["autocast_policy"] = ap
 
 
 def _leaf_counts(calls: list[_Call]) -> list[int]:

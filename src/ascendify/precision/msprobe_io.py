@@ -65,25 +65,43 @@ def write_step(dumper, recs, rows) -> Path:
     """Write one recorded step of ``dumper`` (``Dumper``); returns the rank folder."""
     import torch
 
-    from ascendify.precision.stats import to_tensor_stats
-
     folder = Path(dumper.root) / f"step{dumper.step_index}" / f"rank{dumper._rank}"
     data_dir = folder / "dump_tensor_data"
     if dumper.mode == "tensors":
         dumper.check_disk(Path(dumper.root), dumper._bytes)
     saved: dict[int, str] = {}
 
+    summaries: dict[Any, tuple] = {}  # statistics index -> the JSON values of its row (a tensor is in many entries)
+
+    def summary(meta, idx) -> tuple:
+        key = (idx, meta[1])  # the mean depends on the shape the tensor was seen with
+        got = summaries.get(key)
+        if got is None:
+            row = rows[idx] if idx is not None else None
+            if row is None:
+                got = (None, None, None, None, [], 0, 0)
+            else:
+                numel = math.prod(meta[1]) if meta[1] else 1
+                vals = [row[1], row[0], row[2] / numel, row[3]]
+                fp = row[6:]
+                if not math.isfinite(sum(vals) + sum(fp)):
+                    vals = [_json_num(x) for x in vals]
+                    fp = [_json_num(x) for x in fp]
+                got = (*vals, fp, int(row[4]), int(row[5]))
+            summaries[key] = got
+        return got
+
     def tensor_entry(node_name: str, role: str, meta, idx) -> dict[str, Any]:
-        ts = to_tensor_stats(meta, rows[idx] if idx is not None else None)
+        mx, mn, mean, norm, fp, nans, infs = summary(meta, idx)
         e: dict[str, Any] = {
             "type": "torch.Tensor",
-            "dtype": ts.dtype,
-            "shape": list(ts.shape),
-            "Max": _json_num(ts.max),
-            "Min": _json_num(ts.min),
-            "Mean": _json_num(ts.mean),
-            "Norm": _json_num(ts.norm),
-            "requires_grad": ts.requires_grad,
+            "dtype": meta[0],
+            "shape": list(meta[1]),
+            "Max": mx,
+            "Min": mn,
+            "Mean": mean,
+            "Norm": norm,
+            "requires_grad": meta[2],
         }
         if dumper.mode == "tensors" and idx in dumper._tensors:
             # one file per entry, named as msprobe names it (its compare shows file names); a tensor seen under
@@ -99,10 +117,10 @@ def write_step(dumper, recs, rows) -> Path:
             e["data_name"] = fname
         if dumper.mode == "checksum" and idx in dumper._md5:
             e["md5"] = dumper._md5[idx]
-        e["fingerprint"] = [_json_num(x) for x in ts.fingerprint]
-        e["nan_count"] = ts.nan_count
-        e["inf_count"] = ts.inf_count
-        e["device"] = ts.device
+        e["fingerprint"] = fp
+        e["nan_count"] = nans
+        e["inf_count"] = infs
+        e["device"] = meta[3]
         return e
 
     def value_entry(node_name: str, role: str, item) -> Any:
@@ -198,9 +216,13 @@ def write_step(dumper, recs, rows) -> Path:
 
 def _write_plain(path: Path, data: bytes | str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    old = path.parent / "dump.json"
-    if old.exists():
-        old.unlink()  # rewriting a step: it stays "interrupted" until the new dump.json lands
+    for old in (path.parent / "dump.json", path):
+        # rewriting a step: it stays "interrupted" until the new dump.json lands. The file itself is removed
+        # first too: ext4 flushes a truncated file's new data at close (auto_da_alloc), ~0.5 ms a file
+        try:
+            old.unlink()
+        except FileNotFoundError:
+            pass
     with open(path, "wb") as f:
         f.write(data.encode("utf-8") if isinstance(data, str) else data)
 
@@ -215,7 +237,7 @@ def _link(src: Path, dst: Path) -> None:
 
 
 def _is_positional(key: str) -> bool:
-    return key.split(".")[0].isdigit()
+    return key[:1].isdigit()  # "0", "1.0"; keyword names never start with a digit
 
 
 def _dense(items: list) -> list:

@@ -232,6 +232,7 @@ class OverflowWatch(TorchDispatchMode):
 
     def summary(self) -> dict:
         return {
+            "npu_overflow_mode": npu_overflow_mode(),
             "action": self.action,
             "calls_checked": self.calls,
             "overflows": self.count,
@@ -241,6 +242,68 @@ class OverflowWatch(TorchDispatchMode):
             "gradscaler_updates": self.updates,
             "skipped_steps": self.skipped_steps,
         }
+
+
+def npu_overflow_mode() -> dict | None:
+    """The emulated NPU's floating-point overflow mode (``emulator.settings.overflow_mode``) when the emulator is on,
+    with what it means for this check; None otherwise (a real NPU's mode is the chip's and ``INF_NAN_MODE_ENABLE``'s,
+    see docs/emulator.md)."""
+    rt = sys.modules.get("ascendify.emulator.runtime")
+    if rt is None or not getattr(rt, "enabled", False):
+        return None
+    mode = rt.settings.overflow_mode
+    if mode == "saturation":
+        note = ("saturation: an overflow gives +-max of its dtype and NaN gives 0, as on Atlas training series "
+                "(910A) or with INF_NAN_MODE_ENABLE=0; nothing turns inf/NaN, so this check cannot see overflows: "
+                "rerun with ASCENDIFY_EMULATE_OVERFLOW_MODE=inf_nan to find where they start")
+    else:
+        note = "inf_nan: IEEE 754 inf/NaN, CANN's default on Atlas A2/A3 (INF_NAN_MODE_ENABLE=1)"
+    return {"mode": mode, "device": rt.settings.device_name, "note": note}
+
+
+def watch_run(fn, action: str = "record", cap: int = DEFAULT_CAP) -> dict:
+    """Run ``fn()`` under an :class:`OverflowWatch` (``record``: every new inf/NaN up to ``cap``; ``stop``: end at
+    the first, :class:`OverflowStop` caught here); returns :meth:`OverflowWatch.summary` plus ``stopped``."""
+    watch = OverflowWatch(action, cap).start()
+    stopped = False
+    try:
+        fn()
+    except OverflowStop:
+        stopped = True
+    finally:
+        watch.stop()
+    return {"stopped": stopped, **watch.summary()}
+
+
+def target_run(model, args, kwargs, device, autocast=None, backward: bool = True) -> dict:
+    """``compare --overflow``: one forward (and a backward of the mean of the squared floating outputs, so gradients
+    are watched too) of ``model`` on ``device`` under ``autocast`` (a dtype or None), watched in record mode."""
+    from torch.utils._pytree import tree_map
+
+    def move(x):
+        return x.to(device) if isinstance(x, torch.Tensor) else x
+
+    model = model.to(device)
+    a, k = tree_map(move, tuple(args)), tree_map(move, dict(kwargs or {}))
+    dev_type = torch.device(device).type
+
+    def run():
+        with torch.autocast(dev_type, dtype=autocast) if autocast is not None else _null():
+            out = model(*a, **k)
+        outs = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor) and t.is_floating_point() and t.requires_grad]
+        if backward and outs:
+            loss = sum(t.float().pow(2).mean() for t in outs)
+            loss.backward()
+
+    return watch_run(run)
+
+
+class _null:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
 
 
 def run_program(runner, prog, conf: dict, *, action: str, cap: int = DEFAULT_CAP, json_path: str | None = None,
@@ -289,18 +352,18 @@ def _num(x) -> str:
     return "?" if x is None else f"{x:.4g}"
 
 
-def print_summary(s: dict, file=None) -> None:
+def print_summary(s: dict, file=None, title: str = "ascendify dump --overflow") -> None:
     """The terminal summary (80 columns)."""
     file = file or sys.stderr
     w = lambda text="": print(text[:80], file=file)  # noqa: E731
     first = s["first"]
     if not first:
-        w(f"ascendify dump --overflow: no new inf/NaN in {s['calls_checked']:,} calls checked")
+        w(f"{title}: no new inf/NaN in {s['calls_checked']:,} calls checked")
     else:
         what = "stopped at" if s["stopped"] else "first of"
         n = s["overflows"]
         more = "" if s["stopped"] else f" {n:,} new overflow{'' if n == 1 else 's'}"
-        w(f"ascendify dump --overflow: {what}{more}: {first['api']} ({first['direction']})")
+        w(f"{title}: {what}{more}: {first['api']} ({first['direction']})")
         place = first["autograd_node"] or "-"
         if first["module"]:
             place = f"{first['module']} ({first['module_class']})"
@@ -317,8 +380,15 @@ def print_summary(s: dict, file=None) -> None:
             w(f"  then ({min(len(s['findings']) - 1, 5)} of {s['overflows'] - 1:,} more):")
             for f in s["findings"][1:6]:
                 w(f"    {f['api']} {f['direction']} {_short(f['file'])}:{f['line']}")
+    mode = s.get("npu_overflow_mode")
+    if mode:
+        w(f"  emulated NPU ({mode['device']}): {mode['mode']} mode")
+        if mode["mode"] == "saturation":
+            w("    overflows saturate (inf -> +-max, NaN -> 0): none can be seen here;")
+            w("    ASCENDIFY_EMULATE_OVERFLOW_MODE=inf_nan shows where they start")
     sk = s["skipped_steps"]
     if s["gradscaler_updates"]:
         at = ", ".join(str(x["update"]) for x in sk[:12]) + (" ..." if len(sk) > 12 else "")
         w(f"  GradScaler: {len(sk)} of {s['gradscaler_updates']} steps skipped" + (f" (at {at})" if sk else ""))
-    w(f"  written {s['file']}")
+    if s.get("file"):
+        w(f"  written {s['file']}")

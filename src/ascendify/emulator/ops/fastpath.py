@@ -100,7 +100,7 @@ def functional(inf, generic):
     call, name, scalar = inf.call, inf.name, scalar_overload
 
     def kernel(*args, **kwargs):
-        if _settings.fp16_overflow != "off":
+        if _settings.fp16_overflow != "off" or _settings.overflow_mode != "inf_nan":
             return generic(inf, args, kwargs)
         inf.calls += 1
         cargs, index = convert(args)
@@ -124,7 +124,7 @@ def inplace(inf, generic):
     call, name, scalar = inf.call, inf.name, scalar_overload
 
     def kernel(*args, **kwargs):
-        if _settings.fp16_overflow != "off":
+        if _settings.fp16_overflow != "off" or _settings.overflow_mode != "inf_nan":
             return generic(inf, args, kwargs)
         inf.calls += 1
         cargs, _ = convert(args)

@@ -146,6 +146,8 @@ def _run(inf: OpInfo, args: tuple, kwargs: dict):
         res = _call(inf, cargs, ckw)
     if not stays:
         return res
+    if _settings.overflow_mode == "saturation":
+        _saturate(res)
     out = _adopt_result(inf, res, index)
     if check:
         _overflow_check(inf, res)
@@ -204,6 +206,8 @@ def _run_fast(inf: OpInfo, args: tuple, kwargs: dict):
     if inf.kind == "write":
         return _run_write(inf, args, kwargs, cargs, ckw, index, check)
     res = _call(inf, cargs, ckw)
+    if _settings.overflow_mode == "saturation":
+        _saturate(res)
     if inf.single_tensor:
         if res.dtype in _F64:
             fidelity.float64(inf.name, res.dtype)
@@ -234,6 +238,8 @@ def _run_write(inf: OpInfo, args, kwargs, cargs, ckw, index: int, check: bool = 
             t, c = kwargs[name], ckw[name]
             if isinstance(t, Tensor) and (t.shape != c.shape or t.stride() != c.stride()):
                 _set_metadata(t, c.shape, c.stride())
+    if _settings.overflow_mode == "saturation":
+        _saturate([cpu_alias(t) for t in outs if isinstance(t, Tensor)] + [r for r in _tensors_of(res)])
     if check:
         _overflow_check(inf, [cpu_alias(t) for t in outs if isinstance(t, Tensor)])
     if len(outs) == 1:
@@ -272,6 +278,21 @@ _as_strided_ = torch.ops.aten.as_strided_.default
 
 def _set_metadata(t: Tensor, shape, stride) -> None:
     _as_strided_.redispatch(_CPU_KS, t, list(shape), list(stride), t.storage_offset())
+
+
+def _tensors_of(res) -> list:
+    if isinstance(res, Tensor):
+        return [res]
+    return [r for r in res if isinstance(r, Tensor)] if isinstance(res, (list, tuple)) else []
+
+
+def _saturate(res) -> None:
+    """CANN's saturation mode (``settings.overflow_mode``): in the op's floating results, inf becomes the dtype's
+    largest finite value (with its sign) and NaN becomes 0. In place, on the CPU memory the results live in."""
+    for t in _tensors_of(res):
+        if t.is_floating_point() and t.numel() and t.device.type == "cpu":
+            big = torch.finfo(t.dtype).max
+            torch.nan_to_num_(t, nan=0.0, posinf=big, neginf=-big)
 
 
 def _overflow_check(inf: OpInfo, res) -> None:
