@@ -195,3 +195,13 @@ def test_a_rank_table_that_does_not_match_the_group(tmp_path, monkeypatch):
 def test_malformed_rank_tables(doc, match):
     with pytest.raises(ranktable.RankTableError, match=match):
         ranktable.parse(doc)
+
+
+def test_a_rank_table_with_more_devices_on_a_server_than_it_has(tmp_path, monkeypatch, fresh_report):
+    fresh_report.settings.fidelity = "error"
+    monkeypatch.setenv("RANK_TABLE_FILE", str(_table(tmp_path / "t.json", [[(d, d) for d in range(9)]])))
+    monkeypatch.setenv("DEVICE_ID", "0")
+    with pytest.raises(RuntimeError, match="9 ranks on one server; an Atlas A2 server has at most 8"):
+        ranktable.check_group(0, 9)
+    fresh_report.settings.device_name = "Ascend910_9391"  # A3: 16 per server
+    assert ranktable.check_group(0, 9).world_size == 9
