@@ -26,7 +26,7 @@ STEPS = 3
 BATCH = 8  # global batch: divisible by 1, 2 and 4 ranks
 LR = 0.1
 DEV = os.environ.get("SHARDED_DEVICE", "npu")  # "cpu": the same job on gloo, to compare with PyTorch's own
-FEATURES = ["dtensor", "fsdp2", "fsdp2_mixed", "fsdp2_offload", "fsdp1", "tp", "sp", "mesh2d", "dcp"]
+FEATURES = ["dtensor", "fsdp2", "fsdp2_mixed", "fsdp2_offload", "hsdp", "fsdp1", "tp", "sp", "mesh2d", "dcp"]
 
 
 # -- the models and data (shared with the single-process reference) ----------------------------------------------
@@ -180,6 +180,21 @@ def feature_fsdp2_mixed(rank, world, out, ckpt_in):
 
 def feature_fsdp2_offload(rank, world, out, ckpt_in):
     return feature_fsdp2(rank, world, out, ckpt_in, offload=True)
+
+
+def feature_hsdp(rank, world, out, ckpt_in):
+    """FSDP2 on a 2-D mesh (replicate x shard): HSDP, sharded within pairs of ranks, replicated across them."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    mesh = init_device_mesh(DEV, (world // 2, 2), mesh_dim_names=("replicate", "shard"))
+    model = make_mlp().to(DEV)
+    for layer in (model[0], model[2], model[4]):
+        fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    losses = _train_dp(model, rank, world)
+    p = next(model.parameters())
+    return {"losses": losses, "placements": str(p.placements), "sharded_rows": p.to_local().shape[0]}
 
 
 def feature_fsdp1(rank, world, out, ckpt_in):

@@ -77,6 +77,7 @@ LOSS_FEATURES = {
     "fsdp2": ("mlp", 1e-5),
     "fsdp2_mixed": ("mlp_bf16", 1e-3),  # bf16 forward/backward on each rank's slice
     "fsdp2_offload": ("mlp", 1e-5),
+    "hsdp": ("mlp", 1e-5),  # FSDP2 on a (replicate, shard) mesh
     "fsdp1": ("mlp", 1e-5),
     "tp": ("seq", 1e-5),
     "sp": ("seq", 1e-5),
@@ -129,6 +130,8 @@ def test_device_mesh_and_dtensor(jobs, world):
     assert all(r["fc1_local_rows"] == 32 // world for r in tp)
     mesh2d = _feature(jobs, world, "mesh2d")
     assert all(r["mesh_shape"] == [world // 2, 2] for r in mesh2d)
+    hsdp = _feature(jobs, world, "hsdp")
+    assert all(r["placements"] == "(Replicate(), Shard(dim=0))" and r["sharded_rows"] == 16 for r in hsdp)
 
 
 @pytest.mark.filterwarnings("ignore:torch.distributed is disabled")

@@ -106,6 +106,16 @@ def active_rules() -> tuple[dict, ...]:
     return _active(chip_series(_settings.device_name), _settings.cann_version)
 
 
+_CALL_KINDS = ("collective", "dtype", "reduce_op", "reduce_op_dtype", "contiguous", "alltoall")
+
+
+@functools.cache
+def _for_op(device_name: str, cann: str, op: str) -> tuple[dict, ...]:
+    """The rules that check a call of ``op`` (cached: one lookup per collective on the hot path)."""
+    return tuple(r for r in _active(chip_series(device_name), cann)
+                 if r["kind"] in _CALL_KINDS and _applies(r, op))
+
+
 def _violation(rule: dict, message: str) -> None:
     code = rule.get("code")
     full = message + (f"\n{code}" if code else "")
@@ -137,10 +147,8 @@ def check_collective(op: str, tensors, reduce_op: str | None = None, split_sizes
     """Check one collective (``op``: the emulator's name, ``all_reduce``...) on ``tensors`` (npu tensors)."""
     if not tensors:
         return
-    for rule in active_rules():
+    for rule in _for_op(_settings.device_name, _settings.cann_version, op):
         kind = rule["kind"]
-        if kind in ("devices_per_node", "same_graph", "collective_note") or not _applies(rule, op):
-            continue
         if kind == "collective":
             _violation(rule, _fmt(rule, op))
         elif kind == "dtype":

@@ -136,6 +136,9 @@ def check_group(rank: int, world_size: int) -> RankTable | None:
     if "RANK_ID" in os.environ and os.environ["RANK_ID"].strip() != str(rank):
         raise RankTableError(f"hccl: RANK_ID={os.environ['RANK_ID']} but this process joined as rank {rank}: "
                              "pass rank=int(os.environ['RANK_ID']) to init_process_group")
+    from ascendify.emulator.distributed import hccl_rules
+
+    hccl_rules.check_ranks_per_node(len(table.ranks_on(table.server_of(rank))))  # the NPUs of this server
     want = table.device_of(rank)
     own = _own_device()
     if own is not None and own != want:
