@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import sys
 import threading
 
 from ascendify.emulator import runtime
@@ -146,10 +147,12 @@ def _set_active(active: bool) -> None:
 
 
 def _auto_enable() -> None:
-    from ascendify import _emulate_hook
     from ascendify.core import devices
 
-    if _emulate_hook.autoloading():  # imported by torch's backend autoload, which enables it
+    # imported by torch's backend autoload (ascendify._emulate_hook.autoload), which enables it itself; looked up,
+    # not imported: the hook imports this package
+    hook = sys.modules.get("ascendify._emulate_hook")
+    if hook is not None and hook.autoloading():
         return
     if devices.emulation_requested() and not runtime.enabled:
         enable()
