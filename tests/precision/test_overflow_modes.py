@@ -26,22 +26,25 @@ def test_mode_follows_the_chip_and_torch_npus_variables():
 
 _SATURATION = textwrap.dedent(
     """
-    import json, sys, torch
+    import json, torch
     import ascendify.emulator as emu
-    emu.enable(overflow_mode=sys.argv[1])
+    emu.enable(overflow_mode="saturation")
     from ascendify.precision import overflow
     x = torch.tensor([12.0, 1.0], dtype=torch.float16, device="npu")
-    res = {}
-    def run():
-        for _ in range(6):  # past the emulator's promotion of an op to its direct kernel
-            res["exp"] = torch.exp(x).cpu().tolist()
-            z = torch.full((2,), 300.0, dtype=torch.float16, device="npu")
-            z.mul_(300.0)
-            res["mul_"] = z.cpu().tolist()
-        res["sqrt"] = torch.sqrt(torch.tensor([-1.0], dtype=torch.float16, device="npu")).cpu().tolist()
-    s = overflow.watch_run(run)
-    res["overflows"], res["mode"] = s["overflows"], s["npu_overflow_mode"]["mode"]
-    print(json.dumps(res))
+    out = {}
+    for mode in ("saturation", "inf_nan"):  # the setting is live: the second round runs in IEEE mode
+        emu.settings.update(overflow_mode=mode)
+        res = out[mode] = {}
+        def run():
+            for _ in range(6):  # past the emulator's promotion of an op to its direct kernel
+                res["exp"] = torch.exp(x).cpu().tolist()
+                z = torch.full((2,), 300.0, dtype=torch.float16, device="npu")
+                z.mul_(300.0)
+                res["mul_"] = z.cpu().tolist()
+            res["sqrt"] = torch.sqrt(torch.tensor([-1.0], dtype=torch.float16, device="npu")).cpu().tolist()
+        s = overflow.watch_run(run)
+        res["overflows"], res["mode"] = s["overflows"], s["npu_overflow_mode"]["mode"]
+    print(json.dumps(out))
     """
 )
 
@@ -54,10 +57,10 @@ def _py(code: str, *argv: str) -> dict:
 
 
 def test_saturation_mode_saturates_and_the_report_says_so():
-    sat = _py(_SATURATION, "saturation")
+    out = _py(_SATURATION)
+    sat, ieee = out["saturation"], out["inf_nan"]
     assert sat["exp"][0] == 65504.0 and sat["mul_"] == [65504.0, 65504.0] and sat["sqrt"] == [0.0]
     assert sat["overflows"] == 0 and sat["mode"] == "saturation"  # nothing turns inf: the report must say why
-    ieee = _py(_SATURATION, "inf_nan")
     assert ieee["exp"][0] == float("inf") and ieee["sqrt"] != [0.0]
     assert ieee["overflows"] >= 3 and ieee["mode"] == "inf_nan"
 
