@@ -396,6 +396,8 @@ def _index(ctx: Context) -> dict[str, list[ast.AST]]:
 
 
 def run_rules(ctx: Context, rules: list[Rule]) -> None:
+    text = ctx.src.text
+    rules = [r for r in rules if not r.tokens or any(t in text for t in r.tokens)]
     by_hook = _index(ctx)
     for hook in ("import", "device_value", "backend_value", "call", "chain", "attribute", "compare", "string"):
         hook_rules = [r for r in rules if hook in r.hooks]

@@ -1,7 +1,8 @@
 """The migration rules. Importing this package registers them all in ``RULES`` (ID -> Rule), ordered by ID.
 
 Modules: ``devices`` (ASC1xx), ``cuda_api`` and ``graphs`` (ASC2xx), ``distributed`` (ASC3xx), ``backends`` (ASC4xx),
-``tooling`` / ``optimizers`` (ASC5xx-6xx: profiler, custom CUDA code, CUDA-only libraries), ``advice`` (ASC8xx),
+``tooling`` / ``optimizers`` (ASC5xx-6xx: profiler, custom CUDA code, CUDA-only libraries), ``kernels_*``
+(ASC608-ASC612: CUDA-only kernels rewritten to their NPU / portable equals), ``advice`` (ASC8xx),
 ``api_support`` (ASC9xx), ``leftovers`` (ASC099). ASC001 is the engine's ``import torch_npu`` insertion.
 """
 
@@ -15,6 +16,9 @@ from . import (  # noqa: F401
     devices,
     distributed,
     graphs,
+    kernels_apex,
+    kernels_attention,
+    kernels_imports,
     leftovers,
     optimizers,
     tooling,
