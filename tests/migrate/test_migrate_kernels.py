@@ -285,3 +285,61 @@ def test_npu_migration_runs_on_the_emulated_npu_and_matches(references, tmp_path
         missing = sorted(set(cases) - set(got))
         pytest.skip(f"{missing} need torch_npu.npu_fusion_attention on the emulated NPU (branch h18ops): "
                     f"{proc.stdout.strip()}")
+
+
+# -- custom kernels: listed with what they do and the nearest NPU path --------------------------------------
+TRITON = '''
+import torch
+import triton
+import triton.language as tl
+
+@triton.jit
+def matmul_kernel(a_ptr, b_ptr, c_ptr, K: tl.constexpr):
+    a = tl.load(a_ptr + tl.arange(0, K))
+    b = tl.load(b_ptr + tl.arange(0, K))
+    tl.store(c_ptr, tl.dot(a, b))
+
+@triton.jit
+def softmax_kernel(x_ptr, y_ptr, N: tl.constexpr):
+    x = tl.load(x_ptr + tl.arange(0, N))
+    e = tl.exp(x - tl.max(x, axis=0))
+    tl.store(y_ptr + tl.arange(0, N), e / tl.sum(e, axis=0))
+
+@triton.jit
+def scale_kernel(x_ptr, y_ptr):
+    i = tl.program_id(0)
+    tl.store(y_ptr + i, tl.load(x_ptr + i) * 2.0)
+
+def run(a, b, c, x, y):
+    matmul_kernel[(1,)](a, b, c, K=16)
+    softmax_kernel[(x.shape[0],)](x, y, N=16)
+    scale_kernel[(8,)](x, y)
+'''
+
+
+@pytest.mark.parametrize("target", ["npu", "portable"])
+def test_triton_kernels_and_launches_are_listed_with_what_they_do(target):
+    out, result = migrate(TRITON, target)
+    assert out == textwrap.dedent(TRITON).lstrip("\n")
+    kernels = {f.line: f for f in rows(result, "ASC602") if "kernel `" in f.message}
+    launches = {f.line: f for f in rows(result, "ASC613")}
+    assert len(kernels) == 3 and len(launches) == 3
+    want = [("matmul_kernel", "matrix multiply", "torch.matmul"),
+            ("softmax_kernel", "softmax", "npu_scaled_masked_softmax"),
+            ("scale_kernel", "elementwise", "PyTorch composite")]
+    for (name, what, nearest), kernel, launch in zip(want, kernels.values(), launches.values(), strict=True):
+        for row in (kernel, launch):
+            assert name in row.message and what in row.message, row.message
+            assert nearest in row.tip and "Ascend C" in row.tip
+
+
+def test_cpp_extensions_are_listed_with_their_sources_and_functions():
+    src = ("from torch.utils.cpp_extension import load, load_inline\n"
+           "a = load('gelu_ext', ['gelu.cpp', 'gelu_kernel.cu'])\n"
+           "b = load_inline(name='inl', cpp_sources=cpp, cuda_sources=cu, functions=['fwd', 'bwd'])\n")
+    out, result = migrate(src)
+    assert out == src
+    a, b = rows(result, "ASC601")
+    assert "`gelu_ext` from gelu.cpp, gelu_kernel.cu" in a.message
+    assert "`inl` with inline CUDA sources exposing fwd, bwd" in b.message
+    assert "Ascend C custom operator" in a.tip and "PyTorch composite" in a.tip
