@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -24,6 +25,23 @@ class Edit:
     start: int
     end: int
     text: str
+
+
+_HOLE = re.compile("\x00(\\d+):(\\d+)\x00")
+
+
+def hole(a: int, b: int) -> str:
+    """A placeholder, inside an edit's text, for the original text ``[a, b)`` with the edits made inside it.
+
+    Lets an outer rewrite (``torch.cuda.get_device_properties(...)`` guarded) carry inner ones
+    (``torch.cuda.current_device()`` in its arguments) whichever rule ran first. NUL never occurs in a parsed
+    source file, so the marker cannot clash with real text.
+    """
+    return f"\x00{a}:{b}\x00"
+
+
+def holes(e: Edit) -> list[tuple[int, int]]:
+    return [(int(m.group(1)), int(m.group(2))) for m in _HOLE.finditer(e.text)] if "\x00" in e.text else []
 
 
 @dataclass

@@ -66,8 +66,8 @@ class Rule:
     examples: list[Example] = field(default_factory=list)
     emits_npu: tuple[str, ...] = ()  # every torch_npu name the rule can write (checked by a test)
     category: str = "cuda"  # cuda | api | advice
-    # the rule can only act on a file whose text holds one of these substrings (empty: any file); the engine
-    # does not run it on the others (a cheap prefilter: most files never mention flash_attn)
+    # the rule can only act on a file whose text holds one of these substrings, in any case (empty: any file);
+    # the engine does not run it on the others (a cheap prefilter: most files never mention flash_attn)
     tokens: tuple[str, ...] = ()
 
     def explain(self) -> str:
@@ -116,7 +116,7 @@ def rule(
                 raise ValueError(f"{id}: unknown hook {h}")
         REGISTRY[id] = Rule(
             id, name, summary, safety, tuple(targets), tuple(hooks), fn, doc, list(examples), emits_npu, category,
-            tuple(tokens)
+            tuple(t.lower() for t in tokens)
         )
         return fn
 

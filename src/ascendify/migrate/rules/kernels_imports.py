@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ast
 
-from ..model import CHANGE, REPORT
+from ..model import CHANGE, REPORT, holes
 from .base import Example, rule
 
 # packages whose imports this cleans, and the rules whose rewrites count
@@ -72,8 +72,6 @@ def _own_lines(ctx, stmt: ast.stmt) -> bool:
     ],
 )
 def replaced_kernel_import(ctx, tree: ast.Module) -> None:
-    from ..engine import holes  # the engine imports the rules
-
     spans = [(e.start, e.end, holes(e)) for f in ctx.findings if f.kind == CHANGE and f.rule in REWRITING_RULES
              for e in f.edits]
     if not spans:

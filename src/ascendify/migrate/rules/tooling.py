@@ -16,6 +16,7 @@ from .kernels_custom import OTHER_PATHS, describe_extension, describe_triton
     "profiler-cuda",
     "CUDA activities of `torch.profiler` / `use_cuda=` of the autograd profiler",
     hooks=("chain", "call"),
+    tokens=('profiler', 'cuda_'),
     doc="""
     ## What it does
     Rewrites `torch.profiler.ProfilerActivity.CUDA` to `ProfilerActivity.NPU` for `--to npu`, and
@@ -119,7 +120,7 @@ def _lib_rule(id, name, summary, prefixes, reason, tip, why, example, instead, e
     Report only: the replacement changes numerics or APIs and needs a person.
     """
 
-    @rule(id, name, summary, safety=REPORT_ONLY, hooks=("import", "chain"), doc=doc,
+    @rule(id, name, summary, safety=REPORT_ONLY, hooks=("import", "chain"), tokens=prefixes, doc=doc,
           examples=[Example(example + "\n", None)])
     def check(ctx, node: ast.AST) -> None:
         if isinstance(node, (ast.Import, ast.ImportFrom)):
@@ -207,6 +208,7 @@ CPP_EXT = {
     "C++/CUDA extensions built with `torch.utils.cpp_extension`",
     safety=REPORT_ONLY,
     hooks=("chain",),
+    tokens=('cpp_extension',),
     doc="""
     ## What it does
     Lists `torch.utils.cpp_extension.load`, `load_inline`, `CUDAExtension`, `BuildExtension`, `CUDA_HOME`.
@@ -245,6 +247,7 @@ def cpp_extension(ctx, node: ast.AST) -> None:
     "nvtx-range",
     "`with torch.cuda.nvtx.range(msg):` annotates a range for Nsight",
     hooks=("call",),
+    tokens=('nvtx',),
     doc="""
     ## What it does
     Rewrites the NVTX range context manager `torch.cuda.nvtx.range(msg)` to
@@ -394,6 +397,7 @@ def paired_nvtx_calls(ctx) -> set[int]:
     "nvtx-push-pop",
     "`torch.cuda.nvtx.range_push(msg)` ... `range_pop()` annotates a range for Nsight",
     hooks=("module",),
+    tokens=('nvtx',),
     doc="""
     ## What it does
     Turns a `torch.cuda.nvtx.range_push(msg)` statement and the `torch.cuda.nvtx.range_pop()` that closes it
