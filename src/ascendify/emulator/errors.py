@@ -24,3 +24,8 @@ class LayoutNotEmulatedError(NotEmulatedError, NotImplementedError):
 class NpuUnsupportedError(RuntimeError):
     """What no Ascend NPU can do at all (not a fidelity choice): e.g. ``nn.DataParallel`` over several ``npu``
     devices, which torch_npu does not support (use ``DistributedDataParallel``)."""
+
+
+class NpuOpError(RuntimeError):
+    """What a torch_npu operator raises on an NPU for arguments it rejects (a ``TORCH_CHECK`` in op-plugin or a
+    CANN parameter check): a layout, shape or dtype the kernel does not take. The message names the argument."""

@@ -8,9 +8,10 @@ shim provides what torch_npu code needs to import and run on the emulated device
 - ``torch_npu.contrib.transfer_to_npu``: CUDA code to ``npu`` at runtime through ``ascendify.auto``, found as a
   provider (:data:`PROVIDERS_GROUP`), not imported;
 - ``torch_npu.optim.NpuFused*``: the matching ``torch.optim`` optimizers (same update rule);
-- ``torch_npu.utils`` and ``torch_npu.distributed`` names that make sense on the CPU.
+- ``torch_npu.utils`` and ``torch_npu.distributed`` names that make sense on the CPU;
+- the fused operators that :mod:`ascendify.emulator.fused` emulates (``npu_fusion_attention``, ``npu_rms_norm``...).
 
-Any other torch_npu name (custom ``npu_*`` ops, the profiler, CANN queries) raises
+Any other torch_npu name (other custom ``npu_*`` ops, the profiler, CANN queries) raises
 :class:`~ascendify.emulator.errors.NotEmulatedError` (an ``ImportError`` for a submodule) that names it.
 """
 
@@ -24,6 +25,7 @@ import types
 import torch
 
 from ascendify.core import knowledge
+from ascendify.emulator import fused
 from ascendify.emulator.errors import NotEmulatedError
 
 _PROVIDED = ("torch_npu", "torch_npu.npu", "torch_npu.contrib", "torch_npu.contrib.transfer_to_npu",
@@ -57,6 +59,8 @@ def _not_emulated_op(dotted: str):
 
 def _missing(module: str, name: str):
     dotted = f"{module}.{name}"
+    if module == "torch_npu" and (op := fused.lookup(name)) is not None:
+        return op
     if module == "torch_npu" and name in _npu_ops():
         return _not_emulated_op(dotted)
     if _known(dotted):
@@ -85,17 +89,11 @@ def _module(name: str, doc: str, attrs: dict | None = None, package: bool = Fals
 
 # ------------------------------------------------------------------------------------------ contents
 def _optim() -> dict:
-    """torch_npu's fused optimizers compute the update of the torch optimizer of the same name."""
-    pairs = {"NpuFusedAdam": torch.optim.Adam, "NpuFusedAdamW": torch.optim.AdamW,
-             "NpuFusedSGD": torch.optim.SGD, "NpuFusedAdadelta": torch.optim.Adadelta,
-             "NpuFusedRMSprop": torch.optim.RMSprop}
-    out = {}
-    for name, base in pairs.items():
-        out[name] = type(name, (base,), {
-            "__doc__": f"torch_npu.optim.{name} on the emulator: torch.optim.{base.__name__} (same update rule).",
-            "__module__": "torch_npu.optim",
-        })
-    return out
+    """torch_npu's fused optimizers: the torch optimizer of the same name with torch_npu's signature
+    (:mod:`ascendify.emulator.fused.optim`)."""
+    from ascendify.emulator.fused.optim import OPTIMIZERS
+
+    return dict(OPTIMIZERS)
 
 
 def _get_cann_version(module="CANN"):
@@ -216,6 +214,7 @@ _finder: list[Finder] = []
 
 
 def install() -> None:
+    fused.register_torch_ops()
     if not _finder:
         _finder.append(Finder())
         sys.meta_path.append(_finder[0])

@@ -1,0 +1,80 @@
+"""Argument checks shared by the fused operators: they raise what the NPU raises (:class:`NpuOpError`)."""
+
+from __future__ import annotations
+
+import torch
+
+from ascendify.emulator.errors import NpuOpError
+
+FLOATS = (torch.float16, torch.bfloat16, torch.float32)
+HALF = (torch.float16, torch.bfloat16)
+_NAMES = {torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "float32",
+          torch.float64: "float64"}
+
+
+def fail(op: str, message: str):
+    raise NpuOpError(f"{op}: {message}")
+
+
+def check(cond: bool, op: str, message: str) -> None:
+    if not cond:
+        fail(op, message)
+
+
+def on_npu(t: torch.Tensor) -> bool:
+    return t.device.type == "npu"
+
+
+def dtype_in(t: torch.Tensor | None, allowed, op: str, arg: str) -> None:
+    """``t``'s dtype is one of ``allowed``; float64 is also taken on CPU tensors (reference checks such as
+    ``gradcheck``), never on the ``npu`` device."""
+    if t is None or t.dtype in allowed or (t.dtype == torch.float64 and not on_npu(t)):
+        return
+    names = "/".join(_NAMES.get(d, str(d).removeprefix("torch.")) for d in allowed)
+    fail(op, f"the dtype of {arg} must be {names}, but got {_NAMES.get(t.dtype, str(t.dtype))}")
+
+
+def same_device(op: str, first: torch.Tensor, **others) -> None:
+    """Every tensor in ``others`` lives where ``first`` does (the NPU refuses host tensors among its inputs)."""
+    for arg, t in others.items():
+        if isinstance(t, torch.Tensor) and t.device.type != first.device.type:
+            fail(op, f"Expected all tensors to be on the same device, but {arg} is on {t.device} and the input "
+                     f"on {first.device}. Expected NPU tensor, please check whether the input tensor device is "
+                     "correct.")
+
+
+def chip() -> str:
+    """The emulated chip's product family from ``settings.device_name``: ``A2``, ``A3``, ``training`` (Atlas
+    training series, 910A) or ``inference`` (Atlas inference series, 310P)."""
+    from ascendify.emulator import runtime
+
+    name = runtime.settings.device_name.replace(" ", "")
+    if name.startswith("Ascend910_93"):
+        return "A3"
+    if name.startswith("Ascend910B"):
+        return "A2"
+    if name.startswith("Ascend310P"):
+        return "inference"
+    if name.startswith("Ascend910"):
+        return "training"
+    return "A2"
+
+
+_FAMILY_NAMES = {"A2": "Atlas A2 training/inference series", "A3": "Atlas A3 training/inference series",
+                 "training": "Atlas training series", "inference": "Atlas inference series"}
+
+
+def product(op: str, products, first) -> None:
+    """``op`` runs on the emulated chip's product family (``products``: the families its documentation lists,
+    None for all); checked for ``npu`` inputs only (``first``: the first tensor argument, or a list of them)."""
+    if products is None:
+        return
+    t = first[0] if isinstance(first, list | tuple) and first else first
+    if not isinstance(t, torch.Tensor) or not on_npu(t):
+        return
+    family = chip()
+    if family not in products:
+        from ascendify.emulator import runtime
+
+        fail(op, f"not supported on {runtime.settings.device_name} ({_FAMILY_NAMES[family]}); torch_npu documents "
+                 f"it for {', '.join(_FAMILY_NAMES[p] for p in products)}")
