@@ -220,6 +220,14 @@ cu = torch.tensor([0, 4, 9], dtype=torch.int32, device=device)
 q, k, v = rand(9, 4, 8), rand(9, 2, 8), rand(9, 2, 8)
 out = flash_attn_varlen_func(q, k, v, cu, cu, 5, 5, causal=True)
 """,
+    # half precision: the kernels take bf16 and return bf16 (compared within bf16's rounding)
+    "flash_bf16_dropout_zero": """
+from flash_attn import flash_attn_func
+q, k, v = (rand(2, 8, 4, 16).bfloat16() for _ in range(3))
+out = flash_attn_func(q, k, v, dropout_p=0.0, causal=True)
+assert out.dtype == torch.bfloat16
+out = out.float()
+""",
     # xformers aligns LowerTriangularMask to the top left
     "xformers_lower_triangular": """
 import xformers.ops as xops
@@ -267,6 +275,8 @@ for _ in range(3):
 out = model.weight.detach()
 """,
 }
+# comparison tolerances other than float32's
+TOLERANCE = {"flash_bf16_dropout_zero": {"atol": 1.6e-2, "rtol": 1.6e-2}}
 # cases the portable target lists instead of rewriting (no portable varlen attention)
 NOT_PORTABLE = ("flash_varlen_causal",)
 
