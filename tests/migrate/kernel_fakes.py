@@ -277,8 +277,8 @@ out = model.weight.detach()
 }
 # comparison tolerances other than float32's
 TOLERANCE = {"flash_bf16_dropout_zero": {"atol": 1.6e-2, "rtol": 1.6e-2}}
-# cases the portable target lists instead of rewriting (no portable varlen attention)
-NOT_PORTABLE = ("flash_varlen_causal",)
+# cases the portable target lists instead of rewriting
+NOT_PORTABLE: tuple[str, ...] = ()
 
 
 def program(name: str) -> str:

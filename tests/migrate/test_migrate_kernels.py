@@ -190,10 +190,20 @@ def test_a_use_left_behind_keeps_the_import_and_its_listing():
     assert [f.line for f in rows(result, "ASC603") if f.line == 1]  # the import is still listed
 
 
-def test_varlen_is_listed_for_portable_with_the_npu_way_out():
-    out, result = migrate(fakes.program("flash_varlen_causal"), "portable")
+def test_portable_varlen_defines_its_helper_once_and_steps_aside_for_the_files_own_name():
+    src = fakes.program("flash_varlen_causal") + "out2 = flash_attn_varlen_func(q, k, v, cu, cu, 5, 5, 0.0, 0.5)\n"
+    out, result = migrate(src, "portable")
+    assert out.count("def varlen_attention(") == 1
+    assert "varlen_attention(q, k, v, cu, cu, causal=True)" in out and "varlen_attention(q, k, v, cu, cu, scale=0.5)" \
+        in out
+    again, _ = migrate_source(out, Options(target="portable"))
+    assert again == out
+    own = "import torch\nfrom flash_attn import flash_attn_varlen_func\ndef varlen_attention():\n    pass\n" \
+          "o = flash_attn_varlen_func(q, k, v, cu, cu, 4, 4)\n"
+    out, result = migrate(own, "portable")
+    assert out == own
     [row] = rows(result, "ASC608")
-    assert "--to npu" in row.message and "flash_attn_varlen_func(" in out
+    assert "varlen_attention itself" in row.message
 
 
 def test_apex_amp_is_only_applied_with_unsafe_and_the_tip_names_the_opt_level_recipe():

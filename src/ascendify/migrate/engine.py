@@ -168,12 +168,12 @@ class Context:
         if state is None:
             state = "missing"
             for node in self.index.order:
-                if isinstance(node, ast.ClassDef) and node.name == name:
+                if isinstance(node, (ast.ClassDef, ast.FunctionDef)) and node.name == name:
                     ok = id(node) in self.index.top_ids and (ast.get_docstring(node) or "").startswith(
                         portable.HELPER_MARK)
                     state = "defined" if ok and state != "taken" else "taken"
                 elif (isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Store)
-                      or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name
+                      or isinstance(node, ast.AsyncFunctionDef) and node.name == name
                       or isinstance(node, ast.arg) and node.arg == name):
                     state = "taken"
             if name in self.imports.names:

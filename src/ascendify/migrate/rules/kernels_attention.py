@@ -16,6 +16,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 
+from .. import portable
 from ..model import MANUAL
 from .base import NPU, PORTABLE, SAFE, Example, rule
 
@@ -242,8 +243,7 @@ def sdpa_text(ctx, a: Attention) -> str:
     """SDPA on (B, N, S, D) views; the result transposed back to (B, S, N, D) and made contiguous (as
     flash-attn's is: code reshapes it with ``view``)."""
     if a.kind == "tnd":
-        raise Unmappable("torch has no variable-length (packed) attention on every device: use --to npu "
-                         "(npu_fusion_attention's TND layout), or pad the batch")
+        return varlen_text(ctx, a)
     kw: list[str] = []
     t12 = ".transpose(1, 2)"
     if a.kind == "qkv":
@@ -282,6 +282,23 @@ def sdpa_text(ctx, a: Attention) -> str:
         _need_simple(kn, "k")
         kw.append(f"enable_gqa={ctx.hole(kn)}.{kh} != {ctx.hole(qn)}.shape[2]")
     return f"{ctx.ref(SDPA)}({', '.join(inputs + kw)}){t12}.contiguous()"
+
+
+def varlen_text(ctx, a: Attention) -> str:
+    """torch has no packed variable-length attention on every device: the portable output defines
+    ``varlen_attention`` once (an SDPA call per sequence) and calls it."""
+    name = ctx.helper(portable.VARLEN_ATTENTION)
+    if name is None:
+        raise Unmappable(f"the file uses the name {portable.VARLEN_ATTENTION} itself (the portable rewrite "
+                         "defines a helper of that name): use --to npu, or rename it")
+    args = [ctx.hole(n) for n in (a.q, a.k, a.v, a.cu_q, a.cu_k)]
+    if not is_const(a.dropout, 0, 0.0):
+        args.append(f"dropout_p={ctx.hole(a.dropout)}")
+    if a.scale is not None and not is_const(a.scale, None):
+        args.append(f"scale={ctx.hole(a.scale)}")
+    if a.causal is not None:
+        args.append("causal=True" if a.causal is True else f"causal={ctx.hole(a.causal)}")
+    return f"{name}({', '.join(args)})"
 
 
 def _causal_lower_right(ctx) -> str:
@@ -334,8 +351,10 @@ def unmappable(ctx, call: ast.Call, api: str, reason: str) -> None:
     - `--to portable`: `F.scaled_dot_product_attention` on `(B, N, S, D)` views (`transpose(1, 2)` in and
       out, `.contiguous()` like flash-attn's output), `enable_gqa` where the key heads differ,
       causal as `torch.nn.attention.bias.causal_lower_right(Sq, Sk)` (bottom-right, like flash-attn; the
-      qkv-packed function has Sq == Sk and gets `is_causal=True`). The varlen function is listed: torch has
-      no packed variable-length attention on every device.
+      qkv-packed function has Sq == Sk and gets `is_causal=True`). torch has no packed variable-length
+      attention on every device: a varlen call becomes a call of `varlen_attention(q, k, v, cu_seqlens_q,
+      cu_seqlens_k, ...)`, a small function the output defines once after its imports (one SDPA call per
+      sequence; a file that uses that name itself gets the call listed).
     Calls with arguments that have no meaning on the target (`window_size` other than `(-1, -1)`,
     `alibi_slopes`, `softcap`, `return_attn_probs=True`, `block_table`, an unknown keyword, `*args`, more
     positional arguments than `q, k, v, dropout_p, softmax_scale, causal`) are left as they were and listed
