@@ -81,18 +81,24 @@ class FileResult:
         return sum(1 for f in self.findings if f.kind == kind and (severity is None or f.severity == severity))
 
     def summary(self) -> dict[str, int]:
-        converted = self.count(CHANGE)
-        unsupported = self.count(REPORT, UNSUPPORTED)
-        review = self.count(REPORT, REVIEW)
-        listed = self.count(REPORT) - unsupported
+        kinds: dict[str, int] = {}
+        severities: dict[str, int] = {}
+        for f in self.findings:  # one pass (a large tree's report asks for every file's summary several times)
+            kinds[f.kind] = kinds.get(f.kind, 0) + 1
+            if f.kind == REPORT:
+                severities[f.severity] = severities.get(f.severity, 0) + 1
+        converted = kinds.get(CHANGE, 0)
+        unsupported = severities.get(UNSUPPORTED, 0)
+        review = severities.get(REVIEW, 0)
+        listed = kinds.get(REPORT, 0) - unsupported
         return {
-            "cuda_sites": converted + self.count(REPORT),
+            "cuda_sites": converted + kinds.get(REPORT, 0),
             "converted": converted,
             "report_only": listed - review,
             "unsupported": unsupported,
             "unclaimed": review,
-            "api_notes": self.count(API),
-            "advice": self.count(ADVICE),
+            "api_notes": kinds.get(API, 0),
+            "advice": kinds.get(ADVICE, 0),
         }
 
     def to_dict(self) -> dict[str, Any]:
