@@ -151,6 +151,8 @@ UNCHANGED = [
                  "`q` is an expression", id="q-is-a-call"),
     pytest.param("from flash_attn import flash_attn_func\nout = flash_attn_func(q, k, v, causal=mode == 'c')\n",
                  "causal is an expression", id="causal-expression"),
+    pytest.param("from flash_attn import flash_attn_with_kvcache\nout = flash_attn_with_kvcache(q, kc, vc, k, v)\n",
+                 "npu_fused_infer_attention_score", id="kvcache"),
     pytest.param("import xformers.ops as xops\nb = xops.fmha.attn_bias.BlockDiagonalMask.from_seqlens([2, 3])\n"
                  "out = xops.memory_efficient_attention(q, k, v, attn_bias=b)\n", "bias object", id="xformers-block"),
     pytest.param("import xformers.ops as xops\nout = xops.memory_efficient_attention(q, k, v, "

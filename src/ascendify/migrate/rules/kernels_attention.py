@@ -355,6 +355,8 @@ def unmappable(ctx, call: ast.Call, api: str, reason: str) -> None:
       attention on every device: a varlen call becomes a call of `varlen_attention(q, k, v, cu_seqlens_q,
       cu_seqlens_k, ...)`, a small function the output defines once after its imports (one SDPA call per
       sequence; a file that uses that name itself gets the call listed).
+    `flash_attn_with_kvcache` (decoding against an in-place, possibly paged cache) is listed with
+    `torch_npu.npu_fused_infer_attention_score` as the way.
     Calls with arguments that have no meaning on the target (`window_size` other than `(-1, -1)`,
     `alibi_slopes`, `softcap`, `return_attn_probs=True`, `block_table`, an unknown keyword, `*args`, more
     positional arguments than `q, k, v, dropout_p, softmax_scale, causal`) are left as they were and listed
@@ -411,6 +413,12 @@ def flash_attn_call(ctx, call: ast.Call) -> None:
     if q is None:
         return
     module, _, name = q.rpartition(".")
+    if name == "flash_attn_with_kvcache" and module in FLASH_MODULES and ctx.claim(call.func):
+        ctx.report(call, api=q, severity=MANUAL, reason="left as it was: decoding against a KV cache (updated in "
+                   "place, paged with block_table) is torch_npu.npu_fused_infer_attention_score's job, with its "
+                   "own cache layout", tip="torch_npu.npu_fused_infer_attention_score(q, k_cache, v_cache, "
+                   "num_heads=..., input_layout=\"BSND\", actual_seq_lengths_kv=..., block_table=...)")
+        return
     if name not in FLASH_FUNCS or module not in FLASH_MODULES or not ctx.claim(call.func):
         return
     kind, params = FLASH_FUNCS[name]
