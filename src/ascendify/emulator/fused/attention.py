@@ -37,12 +37,11 @@ differs from an NPU's Philox stream).
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import torch
 
 from ascendify.emulator.errors import NotEmulatedError
-from ascendify.emulator.fused._check import FLOATS, HALF, check, dtype_in, fail, on_npu, same_device
+from ascendify.emulator.fused._check import FLOATS, check, dtype_in, same_device
 
 MAX_TOKENS = 2147483647
 BLOCK = 256  # query rows per block on the reference path
@@ -613,8 +612,3 @@ def _out_shape(query, layout, sh: Shapes) -> torch.Size:
     return torch.Size((sh.sq, sh.n, sh.dv))
 
 
-def default_scale(d: int) -> float:
-    return 1.0 / math.sqrt(d)
-
-
-__all__ = ["npu_fusion_attention", "npu_fusion_attention_grad", "attend", "Mask", "HALF", "on_npu", "fail"]
