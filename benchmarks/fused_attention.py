@@ -1,7 +1,8 @@
 """Cost of the emulated ``torch_npu.npu_fusion_attention`` against ``F.scaled_dot_product_attention`` on the CPU.
 
 Prints, for each mask kind (``full``: no mask; ``causal``: sparse_mode 3 with the 2048x2048 mask against SDPA's
-``is_causal``; ``mask``: an explicit bool mask, the blockwise reference path, against SDPA's ``attn_mask``):
+``is_causal``; ``mask``: an explicit bool mask against SDPA's ``attn_mask``; ``dropout``: keep_prob 0.9, the
+blockwise reference path, against SDPA with dropout_p 0.1, which takes the CPU's unfused math path):
 
   1. time ratio ``npu_fusion_attention / SDPA`` for forward and forward+backward, median of interleaved rounds and
      the spread (min..max over rounds) — on CPU tensors and on the emulated npu device (aim <= 1.5x);
@@ -24,7 +25,7 @@ import subprocess
 import sys
 import time
 
-KINDS = ("full", "causal", "mask")
+KINDS = ("full", "causal", "mask", "dropout")
 
 
 def _setup(torch, shape, kind, device, grad):
@@ -52,16 +53,21 @@ def _runner(torch, side, shape, kind, device, grad):
     if side == "sdpa":
         attn = None if kind != "mask" else ~mask
 
+        drop = 0.1 if kind == "dropout" else 0.0
+
         def fwd():
-            return F.scaled_dot_product_attention(q, k, v, attn_mask=attn, is_causal=kind == "causal", scale=scale)
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=attn, is_causal=kind == "causal", scale=scale,
+                                                  dropout_p=drop)
     else:
         import torch_npu
 
         mode = 3 if kind == "causal" else 0
 
+        keep = 0.9 if kind == "dropout" else 1.0
+
         def fwd():
             return torch_npu.npu_fusion_attention(q, k, v, shape[1], "BNSD", atten_mask=mask, scale=scale,
-                                                  sparse_mode=mode)[0]
+                                                  sparse_mode=mode, keep_prob=keep)[0]
 
     if not grad:
         def run():
