@@ -44,7 +44,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--check", action="store_true", help="exit 1 when changes are needed; write nothing")
     p.add_argument("--report", type=Path, metavar="DIR",
                    help="report folder (default with -o: OUTDIR_migration_report beside the output)")
-    p.add_argument("-j", "--jobs", type=int, default=1, metavar="N", help="parallel processes (0: one per CPU)")
+    p.add_argument("-j", "--jobs", type=int, default=0, metavar="N",
+                   help="parallel processes (default 0: one per CPU, fewer for a small tree)")
     p.add_argument("--select", action="append", default=[], metavar="RULE[,RULE]",
                    help="only these rules (IDs or prefixes, comma-separated or repeated: --select ASC1,ASC203)")
     p.add_argument("--ignore", action="append", default=[], metavar="RULE[,RULE]",
@@ -110,17 +111,21 @@ def run(args: argparse.Namespace) -> int:
             if p.is_dir() and _inside(args.report, p) and not args.inplace:
                 return _usage(f"the report folder {args.report} is inside the input {p}")
     jobs = args.jobs
-    if jobs <= 0:
-        import os
-
-        jobs = os.cpu_count() or 1
 
     from ascendify import report as shared
     from ascendify.core.fileio import folder_problem
     from ascendify.migrate.engine import Options
     from ascendify.migrate.native import NATIVE_SUFFIXES
     from ascendify.migrate.report import build, next_steps, print_summary, write
-    from ascendify.migrate.runner import OUTPUT_MARKER, clashes, foreign_output, plan, run_tasks, write_marker
+    from ascendify.migrate.runner import (
+        OUTPUT_MARKER,
+        auto_jobs,
+        clashes,
+        foreign_output,
+        plan,
+        run_tasks,
+        write_marker,
+    )
 
     options = Options(target=args.target, unsafe=args.unsafe, select=tuple(s.upper() for s in args.select),
                       ignore=tuple(s.upper() for s in args.ignore))
@@ -130,6 +135,8 @@ def run(args: argparse.Namespace) -> int:
         "write" if args.output is not None else "analyse"
     run_mode = "diff" if args.diff else "check" if mode in ("check", "analyse") else mode
     tasks = plan(list(args.paths), args.output, run_mode, options, args.max_size)
+    if jobs <= 0:
+        jobs = auto_jobs(tasks)
     if not any(t.src.endswith((".py", ".pyi")) or Path(t.src).suffix.lower() in NATIVE_SUFFIXES for t in tasks):
         what = "no file at all" if not tasks else shared.plural(len(tasks), "file") + ", none of them Python"
         return _usage(f"nothing to convert under {', '.join(map(str, args.paths))}: {what}")

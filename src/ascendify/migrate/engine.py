@@ -17,7 +17,22 @@ from . import portable
 from .dataflow import Roles
 from .imports import ImportTable, dotted_parts
 from .layout import wrap_long_lines
-from .model import ADVICE, API, CHANGE, MANUAL, REPORT, REVIEW, UNSAFE, UNSUPPORTED, Edit, FileResult, Finding
+from .model import (
+    _HOLE,
+    ADVICE,
+    API,
+    CHANGE,
+    MANUAL,
+    REPORT,
+    REVIEW,
+    UNSAFE,
+    UNSUPPORTED,
+    Edit,
+    FileResult,
+    Finding,
+    hole,
+    holes,
+)
 from .rules import RULES, Rule
 from .rules.base import NPU
 from .rules.base import UNSAFE as UNSAFE_GRADE
@@ -40,8 +55,15 @@ class Options:
         return not any(rule.id.startswith(s) for s in self.ignore)
 
 
+_ACTIVE: dict[tuple, list[Rule]] = {}
+
+
 def active_rules(options: Options) -> list[Rule]:
-    return [r for r in RULES.values() if options.enabled(r)]
+    key = (options.target, options.select, options.ignore)
+    rules = _ACTIVE.get(key)
+    if rules is None:
+        rules = _ACTIVE[key] = [r for r in RULES.values() if options.enabled(r)]
+    return rules
 
 
 _WS = re.compile(r"\s+")
@@ -57,6 +79,7 @@ class Context:
         self.target = options.target
         self.index = Index(tree)
         self.imports = ImportTable.from_nodes(self.index.imports, self.index.top_ids)
+        self.qname = self.imports.qualify  # the rules' most frequent call: one Python frame, not two
         self.roles = Roles(tree, self.imports, self.index)
         self.findings: list[Finding] = []
         self.need_imports: list[str] = []  # modules to import at the top ("torch_npu", "torch")
@@ -145,12 +168,12 @@ class Context:
         if state is None:
             state = "missing"
             for node in self.index.order:
-                if isinstance(node, ast.ClassDef) and node.name == name:
+                if isinstance(node, (ast.ClassDef, ast.FunctionDef)) and node.name == name:
                     ok = id(node) in self.index.top_ids and (ast.get_docstring(node) or "").startswith(
                         portable.HELPER_MARK)
                     state = "defined" if ok and state != "taken" else "taken"
                 elif (isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Store)
-                      or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name
+                      or isinstance(node, ast.AsyncFunctionDef) and node.name == name
                       or isinstance(node, ast.arg) and node.arg == name):
                     state = "taken"
             if name in self.imports.names:
@@ -328,23 +351,6 @@ class Context:
         return hole(a, b)
 
 
-_HOLE = re.compile("\x00(\\d+):(\\d+)\x00")
-
-
-def hole(a: int, b: int) -> str:
-    """A placeholder, inside an edit's text, for the original text ``[a, b)`` with the edits made inside it.
-
-    Lets an outer rewrite (``torch.cuda.get_device_properties(...)`` guarded) carry inner ones
-    (``torch.cuda.current_device()`` in its arguments) whichever rule ran first. NUL never occurs in a parsed
-    source file, so the marker cannot clash with real text.
-    """
-    return f"\x00{a}:{b}\x00"
-
-
-def holes(e: Edit) -> list[tuple[int, int]]:
-    return [(int(m.group(1)), int(m.group(2))) for m in _HOLE.finditer(e.text)] if "\x00" in e.text else []
-
-
 def nested_in(inner: Edit, outer: Edit) -> bool:
     """``inner`` lies inside one of ``outer``'s holes (so it is applied within ``outer``'s text)."""
     return inner is not outer and any(a <= inner.start and inner.end <= b for a, b in holes(outer))
@@ -354,7 +360,8 @@ def apply_edits(text: str, edits: list[Edit], start: int = 0, end: int | None = 
     """``text[start:end]`` with ``edits`` (absolute offsets) applied, holes filled recursively."""
     end = len(text) if end is None else end
     inside = [e for e in edits if start <= e.start and e.end <= end]
-    top = [e for e in inside if not any(nested_in(e, o) for o in inside)]
+    holed = [e for e in inside if "\x00" in e.text]  # only these can hold others
+    top = [e for e in inside if not any(nested_in(e, o) for o in holed)] if holed else inside
     out, pos = [], start
     for e in sorted(top, key=lambda e: (e.start, e.end)):
         if e.start < pos:  # overlapping edits are resolved before; never apply two over the same text
@@ -396,6 +403,8 @@ def _index(ctx: Context) -> dict[str, list[ast.AST]]:
 
 
 def run_rules(ctx: Context, rules: list[Rule]) -> None:
+    low = ctx.src.text.lower()
+    rules = [r for r in rules if not r.tokens or any(t in low for t in r.tokens)]
     by_hook = _index(ctx)
     for hook in ("import", "device_value", "backend_value", "call", "chain", "attribute", "compare", "string"):
         hook_rules = [r for r in rules if hook in r.hooks]
@@ -540,6 +549,48 @@ def _keep_parsable(text: str, findings: list[Finding]) -> str:
     return apply_edits(text, kept)
 
 
+def _still_parses(src: SourceFile, tree: ast.Module, edits: list[Edit]) -> bool:
+    """Whether the text with ``edits`` applied parses, parsing only the top-level statements they touch.
+
+    The file is cut at the line starts of its top-level statements (decorators included; statements sharing
+    a line stay together); every piece parsed on its own before, so the result parses when each touched
+    piece, with its edits, still does. Parsing is most of a run's time: a file with one change is not parsed
+    a second time whole.
+    """
+    starts = src.line_starts
+    bounds = [0]
+    prev_end = 0
+    for stmt in tree.body:
+        first = min([stmt.lineno] + [d.lineno for d in getattr(stmt, "decorator_list", ())])
+        if first > prev_end and first > 1:
+            bounds.append(starts[first - 1])
+        prev_end = stmt.end_lineno
+    bounds.append(len(src.text) + 1)
+    pieces = sorted({i for e in edits for i in _pieces(bounds, e)})
+    runs: list[list[int]] = []
+    for i in pieces:
+        if runs and runs[-1][1] == i:
+            runs[-1][1] = i + 1
+        else:
+            runs.append([i, i + 1])
+    for a, b in runs:
+        lo, hi = bounds[a], min(bounds[b], len(src.text))
+        try:
+            ast.parse(apply_edits(src.text, edits, lo, hi))
+        except SyntaxError:
+            return False
+    return True
+
+
+def _pieces(bounds: list[int], e: Edit) -> range:
+    """Indexes of the pieces ``[bounds[i], bounds[i+1])`` that edit ``e`` touches (an insertion: the one it is in)."""
+    import bisect
+
+    first = bisect.bisect_right(bounds, e.start) - 1
+    last = bisect.bisect_right(bounds, max(e.start, e.end - 1)) - 1
+    return range(first, last + 1)
+
+
 def migrate_source(data: bytes | str, options: Options, path: str = "<string>") -> tuple[bytes | str, FileResult]:
     """Convert one file's content. Returns (new content of the same type, result). Raises SyntaxError,
     ``DecodeError``."""
@@ -580,9 +631,7 @@ def migrate_source(data: bytes | str, options: Options, path: str = "<string>") 
                                     message=f"define {', '.join(names)} once after the imports",
                                     before="", after=dt.text.strip(), edits=[dt]))
         new_text = apply_edits(src.text, edits)
-        try:
-            ast.parse(new_text)
-        except SyntaxError:  # some change broke the code: keep only the changes that parse
+        if not _still_parses(src, tree, edits):  # some change broke the code: keep only the changes that parse
             new_text = _keep_parsable(src.text, findings)
         wrapped = wrap_long_lines(new_text, src.text)  # no changed line longer than the file's longest
         if wrapped is not new_text:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -24,6 +25,23 @@ class Edit:
     start: int
     end: int
     text: str
+
+
+_HOLE = re.compile("\x00(\\d+):(\\d+)\x00")
+
+
+def hole(a: int, b: int) -> str:
+    """A placeholder, inside an edit's text, for the original text ``[a, b)`` with the edits made inside it.
+
+    Lets an outer rewrite (``torch.cuda.get_device_properties(...)`` guarded) carry inner ones
+    (``torch.cuda.current_device()`` in its arguments) whichever rule ran first. NUL never occurs in a parsed
+    source file, so the marker cannot clash with real text.
+    """
+    return f"\x00{a}:{b}\x00"
+
+
+def holes(e: Edit) -> list[tuple[int, int]]:
+    return [(int(m.group(1)), int(m.group(2))) for m in _HOLE.finditer(e.text)] if "\x00" in e.text else []
 
 
 @dataclass
@@ -63,18 +81,24 @@ class FileResult:
         return sum(1 for f in self.findings if f.kind == kind and (severity is None or f.severity == severity))
 
     def summary(self) -> dict[str, int]:
-        converted = self.count(CHANGE)
-        unsupported = self.count(REPORT, UNSUPPORTED)
-        review = self.count(REPORT, REVIEW)
-        listed = self.count(REPORT) - unsupported
+        kinds: dict[str, int] = {}
+        severities: dict[str, int] = {}
+        for f in self.findings:  # one pass (a large tree's report asks for every file's summary several times)
+            kinds[f.kind] = kinds.get(f.kind, 0) + 1
+            if f.kind == REPORT:
+                severities[f.severity] = severities.get(f.severity, 0) + 1
+        converted = kinds.get(CHANGE, 0)
+        unsupported = severities.get(UNSUPPORTED, 0)
+        review = severities.get(REVIEW, 0)
+        listed = kinds.get(REPORT, 0) - unsupported
         return {
-            "cuda_sites": converted + self.count(REPORT),
+            "cuda_sites": converted + kinds.get(REPORT, 0),
             "converted": converted,
             "report_only": listed - review,
             "unsupported": unsupported,
             "unclaimed": review,
-            "api_notes": self.count(API),
-            "advice": self.count(ADVICE),
+            "api_notes": kinds.get(API, 0),
+            "advice": kinds.get(ADVICE, 0),
         }
 
     def to_dict(self) -> dict[str, Any]:

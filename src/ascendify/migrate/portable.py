@@ -40,6 +40,7 @@ def accel_available(torch: str = "torch") -> str:
 # implementation. Their docstring starts with HELPER_MARK, so a later run recognises and reuses them.
 HELPER_MARK = "ascendify:"
 HOST_EVENT = "HostEvent"
+VARLEN_ATTENTION = "varlen_attention"
 _HELPERS: dict[str, list[str]] = {
     HOST_EVENT: [
         "class HostEvent:",
@@ -64,6 +65,25 @@ _HELPERS: dict[str, list[str]] = {
         "",
         "    def wait(self, stream=None):",
         "        pass",
+    ],
+    # flash_attn_varlen_func on packed (tokens, heads, dim) inputs: one SDPA call per sequence (ASC608)
+    VARLEN_ATTENTION: [
+        "def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, dropout_p=0.0, scale=None, causal=False):",
+        '    """ascendify: flash-attn varlen attention with SDPA, one sequence at a time (causal: bottom-right)."""',
+        "    import torch",
+        "    from torch.nn.attention.bias import causal_lower_right",
+        "",
+        "    cq, ck = cu_seqlens_q.tolist(), cu_seqlens_k.tolist()",
+        "    out = []",
+        "    for i in range(len(cq) - 1):",
+        "        qi = q[cq[i]:cq[i + 1]].transpose(0, 1)",
+        "        ki = k[ck[i]:ck[i + 1]].transpose(0, 1)",
+        "        vi = v[ck[i]:ck[i + 1]].transpose(0, 1)",
+        "        mask = causal_lower_right(qi.shape[1], ki.shape[1]) if causal else None",
+        "        out.append(torch.nn.functional.scaled_dot_product_attention(",
+        "            qi, ki, vi, attn_mask=mask, dropout_p=dropout_p, scale=scale,",
+        "            enable_gqa=ki.shape[0] != qi.shape[0]).transpose(0, 1))",
+        "    return torch.cat(out)",
     ],
 }
 HELPERS = tuple(_HELPERS)

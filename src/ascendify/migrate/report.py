@@ -62,6 +62,24 @@ def build(results: list[FileResult], *, target: str, options: dict[str, Any], in
 REPORT_FILES = ("report.md", "report.json", "changes.csv", "unsupported.csv", "advice.csv", "cuda_ops.csv")
 
 
+def report_json(report: dict[str, Any]) -> str:
+    """``report.json``'s text: indented, with one line per file entry (the bulk of a large tree's report: json's
+    C encoder writes a line, while indenting it would take the pure-Python one, seconds on a large tree)."""
+    import json
+
+    def dump(v: Any, indent: int | None = None) -> str:
+        return json.dumps(v, indent=indent, ensure_ascii=False, allow_nan=False, default=str)
+
+    parts = []
+    for key, value in report.items():
+        if key == "files" and value:
+            text = "[\n" + ",\n".join("    " + dump(entry) for entry in value) + "\n  ]"
+        else:
+            text = dump(value, 2).replace("\n", "\n  ")
+        parts.append(f"  {dump(key)}: {text}")
+    return "{\n" + ",\n".join(parts) + "\n}\n"
+
+
 def write(report: dict[str, Any], results: list[FileResult], out_dir: Path) -> list[Path]:
     """Write the report files (atomic, 0644 under the usual umask) into ``out_dir``; report.md first."""
     from ascendify import report as shared
@@ -97,7 +115,7 @@ def write(report: dict[str, Any], results: list[FileResult], out_dir: Path) -> l
         if name == "report.md":
             fileio.write_atomic(path, markdown(report, results))
         elif name == "report.json":
-            shared.write_json(path, report)
+            fileio.write_atomic(path, report_json(report))
         else:
             columns, table_rows = spec
             shared.write_csv(path, table_rows, columns)

@@ -8,6 +8,10 @@ from __future__ import annotations
 import ast
 
 _SKIP_FIELDS = frozenset({"ctx", "op", "ops", "type_comment"})
+# fields that hold names, numbers or flags, never nodes
+_SCALAR_FIELDS = frozenset({"id", "attr", "arg", "name", "module", "level", "is_async", "conversion", "simple",
+                            "kind", "lineno", "col_offset", "end_lineno", "end_col_offset"})
+_FIELDS: dict[type, tuple[str, ...]] = {}  # node type -> its fields that may hold child nodes
 
 
 class Index:
@@ -31,6 +35,7 @@ class Index:
         AST = ast.AST
         Attribute, Name, Call, Constant, JoinedStr = ast.Attribute, ast.Name, ast.Call, ast.Constant, ast.JoinedStr
         Load = ast.Load
+        fields = _FIELDS
         stack: list[ast.AST] = [tree]
         while stack:
             node = stack.pop()
@@ -64,9 +69,10 @@ class Index:
                 self.imports.append(node)
             inside_f = t is JoinedStr or id(node) in in_f
             children: list[ast.AST] = []
-            for name in node._fields:
-                if name in _SKIP_FIELDS:
-                    continue
+            names = fields.get(t)
+            if names is None:
+                names = fields[t] = tuple(n for n in t._fields if n not in _SKIP_FIELDS and n not in _SCALAR_FIELDS)
+            for name in names:
                 v = getattr(node, name, None)
                 if type(v) is list:
                     for c in v:
@@ -74,6 +80,8 @@ class Index:
                             children.append(c)
                 elif isinstance(v, AST):
                     children.append(v)
+            if not children:
+                continue
             for c in children:
                 parents[id(c)] = node
                 if inside_f:

@@ -6,6 +6,8 @@ import importlib
 import pytest
 import torch
 
+pytestmark = pytest.mark.slow  # importing msprobe.pytorch takes ~14 s on this machine (once per process)
+
 torch_npu = pytest.importorskip("torch_npu")
 pytest.importorskip("msprobe")
 pytest.importorskip("einops")

@@ -37,12 +37,11 @@ differs from an NPU's Philox stream).
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import torch
 
 from ascendify.emulator.errors import NotEmulatedError
-from ascendify.emulator.fused._check import FLOATS, HALF, check, dtype_in, fail, on_npu, same_device
+from ascendify.emulator.fused._check import FLOATS, check, dtype_in, same_device
 
 MAX_TOKENS = 2147483647
 BLOCK = 256  # query rows per block on the reference path
@@ -146,8 +145,9 @@ def _compute_dtype(t: torch.Tensor) -> torch.dtype:
     return torch.float64 if t.dtype == torch.float64 else torch.float32
 
 
-def _forward(q, k, v, pse, mask: Mask, scale: float, keep_prob: float, seed: int, offset: int):
-    """Reference forward on BNSD tensors: (out in q's dtype, row max, row sum), statistics [B, N, Sq] float."""
+def _forward(q, k, v, pse, mask: Mask, scale: float, keep_prob: float, seed: int, offset: int, keeps=None):
+    """Reference forward on BNSD tensors: (out in q's dtype, row max, row sum), statistics [B, N, Sq] float.
+    With dropout, ``keeps`` (a list) receives each block's keep-mask (bool) for the backward."""
     b, n, sq, _ = q.shape
     nkv = k.shape[1]
     g = n // nkv
@@ -165,7 +165,10 @@ def _forward(q, k, v, pse, mask: Mask, scale: float, keep_prob: float, seed: int
         p = torch.exp(s - m)
         l_ = p.sum(-1, keepdim=True)
         if gen is not None:
-            p = p * _keep(gen, p.shape, keep_prob, p.device) / keep_prob
+            keep = _keep(gen, p.shape, keep_prob, p.device)
+            if keeps is not None:
+                keeps.append(keep)
+            p = p * keep / keep_prob
         outs.append(torch.matmul(p, v5) / l_)
         maxes.append(m)
         sums.append(l_)
@@ -179,10 +182,10 @@ def _reduce_to(grad: torch.Tensor, shape) -> torch.Tensor:
     return grad.sum(dims, keepdim=True) if dims else grad
 
 
-def _backward(q, k, v, pse, mask: Mask, scale, keep_prob, seed, offset, dout, out, rmax, rsum):
+def _backward(q, k, v, pse, mask: Mask, scale, keep_prob, seed, offset, dout, out, rmax, rsum, keeps=None):
     """Reference backward on BNSD tensors from the saved row max and sum [B, N, Sq] (kept apart: a fully masked
     row's max is the most negative float, which swallows a log-sum-exp): (dq, dk, dv, dpse or None), each in its
-    input's dtype."""
+    input's dtype. Dropout keep-masks come from ``keeps`` (the forward's) or are regenerated from seed/offset."""
     b, n, sq, d = q.shape
     nkv, skv, dv_ = k.shape[1], k.shape[2], v.shape[-1]
     g = n // nkv
@@ -195,7 +198,7 @@ def _backward(q, k, v, pse, mask: Mask, scale, keep_prob, seed, offset, dout, ou
     max5 = rmax.to(ct).reshape(b, nkv, g, sq, 1)
     sum5 = rsum.to(ct).reshape(b, nkv, g, sq, 1)
     delta = (do5 * out.to(ct).reshape(b, nkv, g, sq, dv_)).sum(-1, keepdim=True)
-    gen = _keep_blocks(seed, offset) if keep_prob < 1 else None
+    gen = _keep_blocks(seed, offset) if keep_prob < 1 and not keeps else None
     dq = []
     dk = torch.zeros(b, nkv, g, skv, d, dtype=ct, device=q.device)
     dv = torch.zeros(b, nkv, g, skv, dv_, dtype=ct, device=q.device)
@@ -207,8 +210,8 @@ def _backward(q, k, v, pse, mask: Mask, scale, keep_prob, seed, offset, dout, ou
         p = torch.exp(s - max5[:, :, :, r0:r1]) / sum5[:, :, :, r0:r1]
         dob = do5[:, :, :, r0:r1]
         dp = torch.matmul(dob, v5.transpose(-1, -2))
-        if gen is not None:
-            keep = _keep(gen, p.shape, keep_prob, p.device) / keep_prob
+        if keep_prob < 1:
+            keep = (keeps[r0 // BLOCK] if keeps else _keep(gen, p.shape, keep_prob, p.device)) / keep_prob
             dv += torch.matmul((p * keep).transpose(-1, -2), dob)
             dp = dp * keep
         else:
@@ -236,17 +239,18 @@ class _Attention(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, pse, mask, scale, keep_prob, seed, offset):
-        out, m, l_ = _forward(q, k, v, pse, mask, scale, keep_prob, seed, offset)
+        keeps = [] if keep_prob < 1 else None  # bool, a quarter of the probabilities SDPA's math path keeps
+        out, m, l_ = _forward(q, k, v, pse, mask, scale, keep_prob, seed, offset, keeps)
         ctx.save_for_backward(q, k, v, pse, out, m, l_)
-        ctx.args = (mask, scale, keep_prob, seed, offset)
+        ctx.args = (mask, scale, keep_prob, seed, offset, keeps)
         ctx.mark_non_differentiable(m, l_)
         return out, m, l_
 
     @staticmethod
     def backward(ctx, dout, _dm, _dl):
         q, k, v, pse, out, m, l_ = ctx.saved_tensors
-        mask, scale, keep_prob, seed, offset = ctx.args
-        dq, dk, dv, dpse = _backward(q, k, v, pse, mask, scale, keep_prob, seed, offset, dout, out, m, l_)
+        mask, scale, keep_prob, seed, offset, keeps = ctx.args
+        dq, dk, dv, dpse = _backward(q, k, v, pse, mask, scale, keep_prob, seed, offset, dout, out, m, l_, keeps)
         return dq, dk, dv, dpse, None, None, None, None, None
 
 
@@ -608,8 +612,3 @@ def _out_shape(query, layout, sh: Shapes) -> torch.Size:
     return torch.Size((sh.sq, sh.n, sh.dv))
 
 
-def default_scale(d: int) -> float:
-    return 1.0 / math.sqrt(d)
-
-
-__all__ = ["npu_fusion_attention", "npu_fusion_attention_grad", "attend", "Mask", "HALF", "on_npu", "fail"]

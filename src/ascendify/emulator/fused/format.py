@@ -30,10 +30,6 @@ def npu_format_cast_(self, src):
     return self
 
 
-def get_npu_format(self) -> int:
-    return formats.get_format(self)
-
-
 def npu_confusion_transpose(self, perm, shape, transpose_first):
     op = "npu_confusion_transpose"
     if transpose_first:

@@ -76,6 +76,7 @@ def blocking_copy(ctx, call: ast.Call) -> None:
     "`DataLoader` without worker processes or pinned memory",
     safety=REPORT_ONLY,
     hooks=("call",),
+    tokens=('dataloader',),
     category="advice",
     doc="""
     ## What it does
@@ -118,6 +119,7 @@ def dataloader(ctx, call: ast.Call) -> None:
     "optimizers with a fused torch_npu counterpart",
     safety=REPORT_ONLY,
     hooks=("call",),
+    tokens=('optim',),
     category="advice",
     emits_npu=tuple(_FUSED.values()),
     doc="""
@@ -152,6 +154,7 @@ def fused_optimizer(ctx, call: ast.Call) -> None:
     "`DistributedDataParallel` with the default gradient bucket size",
     safety=REPORT_ONLY,
     hooks=("call",),
+    tokens=('distributeddataparallel',),
     category="advice",
     doc="""
     ## What it does
@@ -187,6 +190,7 @@ def ddp_bucket(ctx, call: ast.Call) -> None:
     "the script's own `--cuda` flag now chooses the NPU",
     safety=REPORT_ONLY,
     hooks=("module",),
+    tokens=('cuda',),
     category="advice",
     doc="""
     ## What it does

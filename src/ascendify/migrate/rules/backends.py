@@ -29,6 +29,7 @@ CUDNN_TIPS = {
     "tf32-to-hf32",
     "TF32 switches (`allow_tf32`)",
     hooks=("chain",),
+    tokens=('tf32',),
     doc="""
     ## What it does
     Rewrites `torch.backends.cuda.matmul.allow_tf32` and `torch.backends.cudnn.allow_tf32` to torch_npu's HF32
@@ -72,6 +73,7 @@ def tf32(ctx, node: ast.AST) -> None:
     "`torch.backends.cudnn` switches",
     safety=REPORT_ONLY,
     hooks=("chain",),
+    tokens=('cudnn',),
     doc="""
     ## What it does
     Lists `torch.backends.cudnn.benchmark`, `.deterministic`, `.enabled` and friends.
@@ -124,6 +126,7 @@ SDPA = (
     "SDPA kernel selectors and other `torch.backends.cuda` switches",
     safety=REPORT_ONLY,
     hooks=("chain",),
+    tokens=('cuda', 'sdpa_kernel', 'sdpbackend'),
     doc="""
     ## What it does
     Lists `torch.backends.cuda.sdp_kernel(...)`, `enable_flash_sdp(...)`, `torch.nn.attention.sdpa_kernel` with

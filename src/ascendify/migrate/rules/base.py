@@ -66,6 +66,9 @@ class Rule:
     examples: list[Example] = field(default_factory=list)
     emits_npu: tuple[str, ...] = ()  # every torch_npu name the rule can write (checked by a test)
     category: str = "cuda"  # cuda | api | advice
+    # the rule can only act on a file whose text holds one of these substrings, in any case (empty: any file);
+    # the engine does not run it on the others (a cheap prefilter: most files never mention flash_attn)
+    tokens: tuple[str, ...] = ()
 
     def explain(self) -> str:
         head = f"{self.id} {self.name}: {self.summary}\n"
@@ -101,6 +104,7 @@ def rule(
     examples: list[Example] | tuple[Example, ...] = (),
     emits_npu: tuple[str, ...] = (),
     category: str = "cuda",
+    tokens: tuple[str, ...] = (),
 ):
     """Register the decorated ``check(ctx, node)`` as rule ``id``."""
 
@@ -111,7 +115,8 @@ def rule(
             if h not in HOOKS:
                 raise ValueError(f"{id}: unknown hook {h}")
         REGISTRY[id] = Rule(
-            id, name, summary, safety, tuple(targets), tuple(hooks), fn, doc, list(examples), emits_npu, category
+            id, name, summary, safety, tuple(targets), tuple(hooks), fn, doc, list(examples), emits_npu, category,
+            tuple(t.lower() for t in tokens)
         )
         return fn
 

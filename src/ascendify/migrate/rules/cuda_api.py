@@ -74,6 +74,7 @@ def no_equivalent_prefix(qualified: str) -> str:
     "cuda-import",
     "an import from `torch.cuda`",
     hooks=("import",),
+    tokens=('cuda',),
     doc="""
     ## What it does
     Rewrites `from torch.cuda.amp import autocast, GradScaler` to `from torch.amp import ...` (both targets; the
@@ -204,6 +205,7 @@ def _device_arg(ctx) -> str:
     "cuda-amp",
     "`torch.cuda.amp` autocast / GradScaler / custom_fwd / custom_bwd",
     hooks=("call", "chain"),
+    tokens=('amp', 'autocast', 'gradscaler', 'custom_fwd', 'custom_bwd'),
     doc="""
     ## What it does
     Rewrites `torch.cuda.amp.autocast(...)`, `GradScaler(...)`, `custom_fwd`/`custom_bwd` (under any alias or
@@ -356,6 +358,7 @@ def _rename_amp(ctx, func: ast.AST, name: str) -> list:
     "cuda-api",
     "a `torch.cuda` API with an NPU / device-agnostic equivalent",
     hooks=("chain",),
+    tokens=('cuda',),
     doc="""
     ## What it does
     Rewrites every name of `torch.cuda` that has an equivalent (through `import torch as th`, `from torch import
@@ -498,6 +501,7 @@ def _alone_on_lines(ctx, stmt: ast.stmt) -> bool:
     "a `torch.cuda` API with no equivalent on the target",
     safety=REPORT_ONLY,
     hooks=("chain",),
+    tokens=('cuda',),
     doc="""
     ## What it does
     Lists uses of `torch.cuda` names that torch_npu does not have (`nvtx`, `nccl`, `get_arch_list`, `cudart`,
@@ -546,6 +550,7 @@ def cuda_api_without_equivalent(ctx, node: ast.AST) -> None:
     "`torch.version.cuda` / `torch.backends.cuda.is_built()` inspect the CUDA build",
     safety=REPORT_ONLY,
     hooks=("chain",),
+    tokens=('cuda',),
     doc="""
     ## What it does
     Lists checks of the CUDA build (`torch.version.cuda`, `torch.backends.cuda.is_built()`).
@@ -577,6 +582,7 @@ def torch_version_cuda(ctx, node: ast.AST) -> None:
     "cuda-tensor-type",
     "legacy typed constructors `torch.cuda.FloatTensor(...)` and friends",
     hooks=("call",),
+    tokens=('cuda',),
     doc="""
     ## What it does
     Rewrites calls of `torch.cuda.<T>Tensor(data)` to `torch.tensor(data, dtype=..., device=...)` and

@@ -26,6 +26,7 @@ def _portable_device(ctx) -> str:
     "cuda-method",
     "`.cuda()` moves a tensor or module to the CUDA device",
     hooks=("call",),
+    tokens=('cuda',),
     doc="""
     ## What it does
     Rewrites `x.cuda()`, `x.cuda(i)` and `x.cuda(non_blocking=True)` on tensors and modules.
@@ -90,6 +91,7 @@ def type_edit(a: int, b: int, text: str) -> Edit:
     "is-cuda",
     "`x.is_cuda` asks whether a tensor is on the CUDA device",
     hooks=("attribute",),
+    tokens=('is_cuda',),
     doc="""
     ## What it does
     Rewrites the `is_cuda` property of tensors.
@@ -316,6 +318,7 @@ def _needs_parens(ctx, node: ast.AST) -> bool:
     "device-type-compare",
     '`device.type == "cuda"` decides whether the code runs on the accelerator',
     hooks=("compare", "call"),
+    tokens=('cuda',),
     doc="""
     ## What it does
     Rewrites comparisons of a device's type (or a device-named variable) with `"cuda"`: `x.device.type == "cuda"`,
@@ -520,6 +523,7 @@ def _is_device_expr(ctx, n: ast.AST, op: ast.cmpop) -> bool:
     "`x.pin_memory()` fails where no accelerator is available",
     targets=(PORTABLE,),
     hooks=("call",),
+    tokens=('pin_memory',),
     doc="""
     ## What it does
     For `--to portable`, guards `x.pin_memory()` on a plain name or attribute:
@@ -580,6 +584,7 @@ def pin_memory(ctx, call: ast.Call) -> None:
     "`x.record_stream(s)` fails on the CPU",
     targets=(PORTABLE,),
     hooks=("call",),
+    tokens=('record_stream',),
     doc="""
     ## What it does
     For `--to portable`, runs `x.record_stream(stream)` only where an accelerator is available: a statement

@@ -31,6 +31,7 @@ def _backend_text(ctx, node: ast.Constant) -> str | None:
     "nccl-backend",
     'the `"nccl"` distributed backend',
     hooks=("backend_value", "compare"),
+    tokens=('nccl',),
     doc="""
     ## What it does
     Rewrites `"nccl"` where it is used as a backend: `init_process_group("nccl")`, `backend="nccl"`, variables,
@@ -107,6 +108,7 @@ def _is_backend_expr(ctx, n: ast.AST) -> bool:
     "nccl-api",
     "`is_nccl_available()` and `Backend.NCCL`",
     hooks=("chain",),
+    tokens=('nccl',),
     doc="""
     ## What it does
     Rewrites `torch.distributed.is_nccl_available()` and `torch.distributed.Backend.NCCL`.
@@ -153,6 +155,7 @@ def nccl_api(ctx, node: ast.AST) -> None:
     "`nn.DataParallel` is unsupported on Ascend",
     safety=UNSAFE,
     hooks=("call",),
+    tokens=('dataparallel', 'data_parallel'),
     doc="""
     ## What it does
     Reports `torch.nn.DataParallel(model, ...)`; with `--unsafe` rewrites it to
@@ -206,6 +209,7 @@ def data_parallel(ctx, call: ast.Call) -> None:
     "cuda-visible-devices",
     "the `CUDA_VISIBLE_DEVICES` environment variable",
     hooks=("string",),
+    tokens=('cuda_visible_devices',),
     doc="""
     ## What it does
     Rewrites the string `"CUDA_VISIBLE_DEVICES"` (the variable's name, e.g. in `os.environ[...]`) for `--to npu`;

@@ -45,6 +45,7 @@ def _str(node: ast.AST | None) -> str | None:
     "`torch.compile(..., backend=\"cudagraphs\")`",
     targets=(NPU,),
     hooks=("call",),
+    tokens=('compile', 'optimize'),
     doc="""
     ## What it does
     Rewrites the dynamo backend `"cudagraphs"` given to `torch.compile` (or `torch._dynamo.optimize`) to
@@ -96,6 +97,7 @@ def compile_backend(ctx, call: ast.AST) -> None:
     safety=REPORT_ONLY,
     targets=(NPU,),
     hooks=("call",),
+    tokens=('compile', 'optimize'),
     doc="""
     ## What it does
     Lists `torch.compile(..., mode=...)` with `"max-autotune"`, `"max-autotune-no-cudagraphs"` or

@@ -23,6 +23,7 @@ APEX_OPTIMIZERS = {
     "apex fused optimizers (`FusedAdam`, `FusedLAMB`, `FusedSGD`)",
     safety=UNSAFE,
     hooks=("chain",),
+    tokens=('apex',),
     doc="""
     ## What it does
     Rewrites `apex.optimizers.FusedAdam` / `FusedLAMB` / `FusedSGD` to `torch_npu.optim.NpuFusedAdamW` /

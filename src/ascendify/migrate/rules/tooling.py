@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from ..model import CHANGE, MANUAL, UNSUPPORTED, Edit
 from .base import NPU, PORTABLE, REPORT_ONLY, Example, rule
+from .kernels_custom import OTHER_PATHS, describe_extension, describe_triton
 
 
 @rule(
@@ -15,6 +16,7 @@ from .base import NPU, PORTABLE, REPORT_ONLY, Example, rule
     "profiler-cuda",
     "CUDA activities of `torch.profiler` / `use_cuda=` of the autograd profiler",
     hooks=("chain", "call"),
+    tokens=('profiler', 'cuda_'),
     doc="""
     ## What it does
     Rewrites `torch.profiler.ProfilerActivity.CUDA` to `ProfilerActivity.NPU` for `--to npu`, and
@@ -100,7 +102,7 @@ _CUDA_SORT_KEYS = frozenset({"cuda_time_total", "self_cuda_time_total", "cuda_ti
                              "cuda_memory_usage", "self_cuda_memory_usage"})
 
 
-def _lib_rule(id, name, summary, prefixes, reason, tip, why, example, instead, exclude=()):
+def _lib_rule(id, name, summary, prefixes, reason, tip, why, example, instead, exclude=(), describe=None):
     doc = f"""
     ## What it does
     Lists imports and uses of {summary}.
@@ -118,7 +120,7 @@ def _lib_rule(id, name, summary, prefixes, reason, tip, why, example, instead, e
     Report only: the replacement changes numerics or APIs and needs a person.
     """
 
-    @rule(id, name, summary, safety=REPORT_ONLY, hooks=("import", "chain"), doc=doc,
+    @rule(id, name, summary, safety=REPORT_ONLY, hooks=("import", "chain"), tokens=prefixes, doc=doc,
           examples=[Example(example + "\n", None)])
     def check(ctx, node: ast.AST) -> None:
         if isinstance(node, (ast.Import, ast.ImportFrom)):
@@ -137,7 +139,12 @@ def _lib_rule(id, name, summary, prefixes, reason, tip, why, example, instead, e
         fn = _enclosing_def(ctx, node)
         if fn is not None and node in fn.decorator_list or fn is not None and node in [
                 getattr(d, "func", None) for d in fn.decorator_list]:
-            ctx.report(node, api=q, severity=UNSUPPORTED, reason=f"{reason}: kernel `{fn.name}`", tip=tip)
+            if describe is not None:
+                what, nearest = describe(ctx, fn)
+                ctx.report(node, api=q, severity=UNSUPPORTED, reason=f"{reason}: kernel `{fn.name}`, {what}",
+                           tip=f"nearest NPU path: {nearest}; {OTHER_PATHS}")
+            else:
+                ctx.report(node, api=q, severity=UNSUPPORTED, reason=f"{reason}: kernel `{fn.name}`", tip=tip)
         elif fn is not None and _decorated_by(ctx, fn, prefixes):
             return  # inside a kernel: the kernel's row covers it
         else:
@@ -151,7 +158,7 @@ _lib_rule(
     "Triton kernels are compiled for NVIDIA GPUs",
     "use torch ops (torch.compile on NPU), triton-ascend, or an Ascend C custom op",
     "Upstream Triton targets NVIDIA/AMD GPUs; Ascend needs the separate triton-ascend backend.",
-    "import triton", "torch ops, `torch.compile`, or triton-ascend.",
+    "import triton", "torch ops, `torch.compile`, or triton-ascend.", describe=describe_triton,
 )
 _lib_rule(
     "ASC603", "flash-attn", "the `flash_attn` package", ("flash_attn",),
@@ -201,6 +208,7 @@ CPP_EXT = {
     "C++/CUDA extensions built with `torch.utils.cpp_extension`",
     safety=REPORT_ONLY,
     hooks=("chain",),
+    tokens=('cpp_extension',),
     doc="""
     ## What it does
     Lists `torch.utils.cpp_extension.load`, `load_inline`, `CUDAExtension`, `BuildExtension`, `CUDA_HOME`.
@@ -226,8 +234,12 @@ CPP_EXT = {
 def cpp_extension(ctx, node: ast.AST) -> None:
     q = ctx.qname(node)
     if q in CPP_EXT and ctx.claim(node):
-        ctx.report(node, api=q, severity=UNSUPPORTED, reason=f"{CPP_EXT[q]}: CUDA code does not run on Ascend",
-                   tip="port each op (see cuda_ops.csv): torch ops, torch_npu.npu_* ops or an Ascend C op")
+        what = describe_extension(ctx, node, q)
+        ctx.report(node, api=q, severity=UNSUPPORTED,
+                   reason=f"{CPP_EXT[q]}{' ' + what if what else ''}: CUDA code does not run on Ascend",
+                   tip="port each op (its ops are in cuda_ops.csv): nearest NPU path is an Ascend C custom operator "
+                       "(built with torch_npu.utils.cpp_extension.NpuExtension, registered for the NPU key), or "
+                       "a PyTorch composite of torch / torch_npu.npu_* ops")
 
 
 @rule(
@@ -235,6 +247,7 @@ def cpp_extension(ctx, node: ast.AST) -> None:
     "nvtx-range",
     "`with torch.cuda.nvtx.range(msg):` annotates a range for Nsight",
     hooks=("call",),
+    tokens=('nvtx',),
     doc="""
     ## What it does
     Rewrites the NVTX range context manager `torch.cuda.nvtx.range(msg)` to
@@ -384,6 +397,7 @@ def paired_nvtx_calls(ctx) -> set[int]:
     "nvtx-push-pop",
     "`torch.cuda.nvtx.range_push(msg)` ... `range_pop()` annotates a range for Nsight",
     hooks=("module",),
+    tokens=('nvtx',),
     doc="""
     ## What it does
     Turns a `torch.cuda.nvtx.range_push(msg)` statement and the `torch.cuda.nvtx.range_pop()` that closes it
