@@ -103,13 +103,17 @@ def npu_inner_compile(gm, example_inputs, **kwargs):
     inputs = [p.meta["val"] if isinstance(e, torch.Tensor) and "val" in p.meta else e
               for p, e in zip(places, example_inputs, strict=True)]
     compiled = compile_fx_inner(gm, inputs, **kwargs)
-    index = runtime.current_device
 
     def run(args: list):
-        conv = [cpu_alias(a) if _npu(a) else a for a in args]
+        dev = 0
+        conv = []
+        for a in args:
+            if _npu(a):
+                dev = a.get_device()  # the graph's device: its npu arguments share one
+                a = cpu_alias(a)
+            conv.append(a)
         args.clear()
         outs = compiled(conv)
-        dev = index[0] if index[0] >= 0 else 0
         return [adopt_fresh(o, dev) if back and isinstance(o, torch.Tensor) else o
                 for o, back in zip(outs, was_npu, strict=False)] + list(outs[len(was_npu):])
 
@@ -158,7 +162,8 @@ def npugraphs_backend(gm, example_inputs, **kwargs):
 
 def install() -> None:
     """Register torch_npu's backends and route inductor on ``npu`` graphs; idempotent. Imports Dynamo (about a
-    second), so it runs at the first ``torch.compile`` or ``import torch_npu``, not at ``enable()``."""
+    second), so it runs at the first ``torch.compile`` (or ``ascendify run``'s compile redirect), not at
+    ``enable()``."""
     if _state["installed"]:
         return
     _state["installed"] = True
