@@ -44,6 +44,35 @@ def test_default_backend_trains_on_npu_with_the_cpu_compiled_numbers(fresh_repor
     assert out.device.type == "npu" and out.requires_grad
 
 
+def _convnet():
+    torch.manual_seed(0)
+    nn = torch.nn
+    return nn.Sequential(nn.Conv2d(3, 4, 3, bias=False), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 6 * 6, 2))
+
+
+def test_conv_training_where_inductor_changes_the_saved_layouts(fresh_report):
+    # CPU inductor may save convolution outputs channels-last; the backward must be compiled for the strides
+    # the compiled forward really produced (AOTAutograd restrides the backward's example inputs)
+    from torch._inductor import config
+
+    def train(dev):
+        torch._dynamo.reset()
+        m = _convnet().to(dev)
+        c, opt = torch.compile(m), torch.optim.SGD(m.parameters(), lr=0.1)
+        x = torch.randn(2, 3, 8, 8, generator=torch.Generator().manual_seed(2)).to(dev)
+        out = []
+        for _ in range(2):
+            loss = c(x).square().mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            out.append(loss.item())
+        return out
+
+    with config.patch(force_layout_optimization=True):  # what inductor picks for conv-heavy nets (ResNets)
+        assert train("npu") == pytest.approx(train("cpu"), rel=1e-5)
+
+
 @pytest.mark.parametrize("backend", ["npu", "npugraph_ex", "npugraphs"])
 def test_torch_npu_backends_are_registered_and_run(fresh_report, backend):
     import torch._dynamo

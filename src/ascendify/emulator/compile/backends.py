@@ -44,10 +44,11 @@ def _cpu_device(a):
     return a
 
 
-def to_cpu_graph(gm: torch.fx.GraphModule) -> list[bool]:
+def to_cpu_graph(gm: torch.fx.GraphModule, example_inputs=()) -> tuple[list[bool], list]:
     """Rewrite ``gm`` (an ATen graph traced on ``npu`` fake tensors) to the CPU in place: device arguments and
     every fake value's device (views keep sharing their base's storage, so inductor's aliasing analysis sees
-    what it saw). Returns, per graph output, whether it was an ``npu`` tensor."""
+    what it saw). Returns, per graph output, whether it was an ``npu`` tensor, and ``example_inputs`` on the CPU
+    (their own strides: AOTAutograd restrides a backward's inputs to what the compiled forward produced)."""
     from torch._subclasses.fake_tensor import FakeTensor
     from torch.utils._pytree import tree_map
 
@@ -78,7 +79,7 @@ def to_cpu_graph(gm: torch.fx.GraphModule) -> list[bool]:
             if k in n.meta:
                 n.meta[k] = tree_map(fake, n.meta[k])
     gm.recompile()
-    return outputs
+    return outputs, [fake(e) if isinstance(e, torch.Tensor) else e for e in example_inputs]
 
 
 def _record_graph(gm) -> None:
@@ -98,10 +99,7 @@ def npu_inner_compile(gm, example_inputs, **kwargs):
     from ascendify.emulator.device.tensors import adopt_fresh, cpu_alias
 
     _record_graph(gm)
-    was_npu = to_cpu_graph(gm)
-    places = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    inputs = [p.meta["val"] if isinstance(e, torch.Tensor) and "val" in p.meta else e
-              for p, e in zip(places, example_inputs, strict=True)]
+    was_npu, inputs = to_cpu_graph(gm, example_inputs)
     compiled = compile_fx_inner(gm, inputs, **kwargs)
 
     def run(args: list):
