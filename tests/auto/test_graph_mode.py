@@ -48,7 +48,7 @@ def test_cpu_streams_and_events_carry_the_fields_profilers_read(auto_cpu):
     assert e.query()
 
 
-def test_compiled_cuda_trainer_under_run_to_cpu_gives_plain_cpu_compiled_losses(tmp_path):
+def test_compiled_cuda_trainer_gives_plain_cpu_compiled_losses_under_run_and_migrated(tmp_path):
     script = SCRIPTS / "compiled_gpt.py"
     env = {"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
     ref = run_cmd([PYTHON, str(script)], env={**env, "COMPILED_GPT_DEVICE": "cpu"}, timeout=600)
@@ -61,14 +61,27 @@ def test_compiled_cuda_trainer_under_run_to_cpu_gives_plain_cpu_compiled_losses(
         assert math.isclose(a, b, rel_tol=1e-4)
     assert have["device"] == "cpu" and have["props"]
     assert os.path.isdir(tmp_path / "inductor")  # it really went through inductor
-    # the emulated npu: Dynamo + AOTAutograd trace (SDPA included), aot_eager runs the emulator's kernels
+    # the emulated npu: Dynamo + AOTAutograd trace (SDPA included), CPU inductor compiles on the npu memory
     npu = ascendify_run("--to", "npu", str(script), env=env, timeout=600)
     assert npu.returncode == 0, npu.stderr[-3000:] + npu.stdout[-3000:]
     have = last_json(npu.stdout)
     assert have["device"] == "npu:0"
     for a, b in zip(have["losses"], want["losses"], strict=True):
         assert math.isclose(a, b, rel_tol=1e-4)
-    assert "aot_eager" in npu.stderr  # the report notes it
+    assert "aot_eager" not in npu.stderr  # inductor itself compiled it, on the CPU aliases
+    # migrated (ascendify migrate --to npu), then on the emulated npu (ascendify emulate): the same losses
+    mig = run_cmd([PYTHON, "-m", "ascendify", "migrate", str(script), "-o", str(tmp_path / "npu"), "--to", "npu"])
+    assert mig.returncode in (0, 1), mig.stderr[-3000:]
+    # (the script's own switch names the device: migrate rewrites its `dev == "cuda"` test but not the
+    # environment default "cuda", so the migrated copy is told "npu")
+    emu = run_cmd([PYTHON, "-m", "ascendify", "emulate", "--", PYTHON, str(tmp_path / "npu" / script.name)],
+                  env={**env, "COMPILED_GPT_DEVICE": "npu"}, timeout=600)
+    assert emu.returncode == 0, emu.stderr[-3000:] + emu.stdout[-3000:]
+    have = last_json(emu.stdout)
+    assert have["device"] == "npu:0" and have["props"] == "Ascend910B3"  # torch.npu.get_device_properties
+    for a, b in zip(have["losses"], want["losses"], strict=True):
+        assert math.isclose(a, b, rel_tol=1e-4)
+    assert "graphs compiled" in emu.stderr  # the emulator's summary counts them
 
 
 def test_cudagraphs_backend_and_reduce_overhead_run_without_graphs_and_are_noted(auto_cpu):

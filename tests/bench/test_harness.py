@@ -142,14 +142,21 @@ def test_channels_last_on_npu(npu, tiny_model_file):
     assert rec.channels_last and not rec.compile
 
 
-@pytest.mark.slow
-def test_compile_on_npu_uses_aot_eager(npu, tiny_model_file):
-    # channels_last together with compile fails on the emulated npu (an emulator issue, reported); each alone runs
-    rec = run_one(BenchConfig(model=f"{tiny_model_file}:cnn", mode="train", batch_size=2, compile=True,
-                              steps=1, warmup=1, repeats=1, image_size=8, count_flops=False), npu)
+@pytest.mark.parametrize("where", ["cpu", "npu"])
+def test_compile_reports_compile_time_apart_and_the_speedup_over_eager(request, tiny_model_file, where):
+    from ascendify.bench import output
+
+    dev = request.getfixturevalue(where)
+    rec = run_one(BenchConfig(model=f"{tiny_model_file}:linear", mode="train", batch_size=4, compile=True,
+                              steps=2, warmup=0, repeats=2, image_size=8, count_flops=False), dev)
     assert rec.status == "ok", rec.error
-    assert rec.compile and rec.compile_backend == "aot_eager"  # no inductor on npu
-    assert any("aot_eager" in n for n in rec.notes)
+    assert rec.compile and rec.compile_backend == "inductor"  # the emulated npu compiles with inductor too
+    assert len(rec.step_ms_warmup) == 1  # --warmup 0 still compiles outside the timed steps
+    assert 0 < rec.compile_ms < rec.step_ms_warmup[0]
+    assert rec.compile_ms > 20 * rec.latency_ms["p50"]  # compilation, not a step
+    assert rec.eager_throughput > 0 and rec.compile_speedup == pytest.approx(rec.throughput / rec.eager_throughput)
+    line = output.compile_line(rec.to_dict())
+    assert "compile" in line and "against eager" in line and f"{rec.compile_speedup:.2f}x" in line
 
 
 def test_mfu_is_flops_rate_over_the_published_peak(tiny_model_file):

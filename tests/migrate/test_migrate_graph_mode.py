@@ -42,3 +42,18 @@ def test_npu_graph_names_exist_in_torch_npu():
 
     for n in ("torch.npu.NPUGraph", "torch.npu.graph", "torch.npu.make_graphed_callables"):
         assert knowledge.npu_name_exists(n), n
+
+
+def test_inductor_config_settings_and_foreign_backends_are_listed_with_the_reason():
+    src = ("import torch\nimport torch._inductor.config as ic\n"
+           "torch._inductor.config.triton.cudagraphs = True\n"
+           "ic.max_autotune = True\n"
+           "torch._inductor.config.freezing = True\n"
+           "m = torch.compile(m, backend='tensorrt')\n"
+           "n = torch.compile(m, backend='npu')\n")
+    out, result = migrate_source(src, Options(target="npu"))
+    assert out.count("\n") == src.count("\n")  # report only: nothing rewritten
+    listed = {f.line: f.message for f in result.findings if f.rule == "ASC208"}
+    assert set(listed) == {3, 4, 6}
+    assert "'triton.cudagraphs'" in listed[3] and "'max_autotune'" in listed[4]
+    assert "TensorRT" in listed[6]

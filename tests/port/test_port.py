@@ -236,3 +236,24 @@ def test_a_failure_is_named_by_its_exception_not_by_the_programs_last_line():
     plain = "Traceback (most recent call last):\n  File \"/p/a.py\", line 3, in <module>\nValueError: bad value\n"
     assert steps._first_user_frame(plain) == "a.py:3 in <module>: ValueError: bad value"
     assert steps._first_user_frame("killed\n") == "killed"
+
+
+def test_a_compiled_trainer_compiles_on_both_sides_and_lockstep_runs_the_eager_model(tmp_path):
+    # torch.compile(model) in a CUDA script: the original compiles with CPU inductor, the migrated copy on the
+    # emulated npu; lockstep unwraps OptimizedModule and compares the eager model, and the report says so
+    p, data, rep, _ = port(tmp_path, "compiled", "--steps", "2", "--skip", "doctor,bench",
+                           command=["python", "train.py", "--steps", "2"])
+    assert data is not None, p.stderr
+    assert p.returncode == 0, p.stdout + p.stderr
+    train = _step(data, "train")
+    for side in ("golden", "target"):
+        (row,) = train["facts"]["models"][side]
+        assert row["class"] == "TinyAttn (in OptimizedModule)"
+    g, t = (train["facts"]["runs"][s]["history"]["loss"] for s in ("golden", "target"))
+    assert len(g) == 2 and g == pytest.approx(t, rel=1e-4)
+    assert not train["facts"]["runs"]["target"]["random_draws_on_device"]  # inductor's own draws are not the program's
+    compare = _step(data, "compare")
+    ls = compare["facts"]["lockstep"]
+    assert ls["verdict"] == "match" and "eager model" in ls["eager_model"] and "OptimizedModule" in ls["eager_model"]
+    assert "on the eager model" in compare["headline"]
+    assert "lockstep runs the eager model" in (rep / "report.html").read_text()

@@ -136,6 +136,8 @@ def run_bench(args) -> int:
         return 2
     report.console().print(output.render_table([r for r in records if r.get("status") != "max-batch"]))
     for r in records:
+        if output.compile_line(r):
+            report.console().print(output.compile_line(r), markup=False, highlight=False)
         if r.get("status") == "max-batch":
             fits = r["batch_size"]
             msg = (f"largest batch that fits: {fits} ({r['model']} {r['mode']} {r['precision']}, "
@@ -223,6 +225,8 @@ def _run_with_inputs(args) -> int:
                 records.append(rec)
     report.console().print(output.render_table(records))
     for r in records:
+        if output.compile_line(r):
+            report.console().print(output.compile_line(r), markup=False, highlight=False)
         if r.get("status") != "ok":
             report.console().print(f"[red]{r['model']} {r['mode']} {r['precision']}: {r['status']}: "
                                    f"{r.get('error')}[/red]")

@@ -54,7 +54,7 @@ class BenchConfig:
     repeats: int = 3  # timed windows; their spread is reported
     channels_last: bool = False
     compile: bool = False
-    compile_backend: str | None = None  # None: inductor on cpu/cuda, aot_eager on npu
+    compile_backend: str | None = None  # None: inductor (on the emulated npu: CPU inductor on the npu memory)
     image_size: int | None = None  # None: the model's default (224)
     seq_len: int | None = None
     num_classes: int | None = None
@@ -105,6 +105,10 @@ class Record:
     channels_last: bool = False
     compile: bool = False
     compile_backend: str | None = None
+    compile_ms: float | None = None  # --compile: the first compiled call less a steady compiled step
+    eager_throughput: float | None = None  # --compile: the eager model, same windows
+    eager_latency_p50_ms: float | None = None
+    compile_speedup: float | None = None  # throughput compiled / eager
     steps: int = 0
     warmup: int = 0
     repeats: int = 0
@@ -172,7 +176,7 @@ def _peak_dtype_key(precision: str, dev: BenchDevice) -> str:
 
 
 def _default_backend(dev: BenchDevice) -> str:
-    return "aot_eager" if dev.type == "npu" else "inductor"
+    return "inductor"  # torch_npu routes it to the NPU; the emulator compiles it on the CPU aliases
 
 
 class _Run:
@@ -319,49 +323,26 @@ def _measure(rec: Record, cfg: BenchConfig, dev: BenchDevice, model, step, next_
                 step(model, b)
             rec.flops_per_step = float(counter.get_total_flops())
             del b
+        eager = None
         if cfg.compile:
+            # the eager model first, the same warm-up and windows: the speed-up is over this
+            _warm_up(cfg, dev, model, step, next_batch, on_step)
+            eager = _windows(cfg, dev, model, step, next_batch, held, None)
             rec.compile_backend = cfg.compile_backend or _default_backend(dev)
-            if dev.emulated:
-                rec.notes.append(f"torch.compile on the emulated npu: backend {rec.compile_backend} (no inductor)")
             runner = torch.compile(model, backend=rec.compile_backend)
 
-        warm: list[float] = []
-        for i in range(cfg.warmup):
-            b = next_batch()
-            dev.synchronize()
-            t0 = time.perf_counter()
-            step(runner, b)
-            dev.synchronize()
-            warm.append(round((time.perf_counter() - t0) * 1e3, 3))
-            if on_step:
-                on_step("warmup", i + 1, cfg.warmup)
-        rec.step_ms_warmup = warm
-
-        rates: list[float] = []
-        step_ms: list[float] = []
-        data_ms: list[float] = []
-        done = 0
-        for _r in range(cfg.repeats):
-            timer = dev.timer()
-            dev.synchronize()
-            t0 = time.perf_counter()
-            for _s in range(cfg.steps):
-                td = time.perf_counter()
-                b = next_batch()
-                if held.loader is not None:
-                    data_ms.append((time.perf_counter() - td) * 1e3)
-                timer.start()
-                step(runner, b)
-                timer.stop()
-                done += 1
-                if on_step:
-                    on_step("measure", done, cfg.repeats * cfg.steps)
-            dev.synchronize()
-            wall = time.perf_counter() - t0
-            rates.append(cfg.batch_size * cfg.steps / wall)
-            step_ms.extend(timer.times_ms())
+        rec.step_ms_warmup = _warm_up(cfg, dev, runner, step, next_batch, on_step,
+                                      at_least=1 if cfg.compile else 0)
+        rates, step_ms, data_ms = _windows(cfg, dev, runner, step, next_batch, held, on_step)
 
     rec.throughput = statistics.median(rates)
+    if eager is not None:
+        rec.eager_throughput = statistics.median(eager[0])
+        rec.eager_latency_p50_ms = percentile(eager[1], 50)
+        rec.compile_speedup = rec.throughput / rec.eager_throughput
+        # the first compiled call compiles (Dynamo, AOTAutograd, the backend: forward and backward) and runs
+        # one step; the compile time is that call less a steady compiled step
+        rec.compile_ms = max(0.0, rec.step_ms_warmup[0] - percentile(step_ms, 50))
     rec.throughput_spread = {"min": min(rates), "max": max(rates),
                              "stdev": statistics.stdev(rates) if len(rates) > 1 else 0.0, "repeats": rates}
     rec.latency_ms = {"p50": percentile(step_ms, 50), "p90": percentile(step_ms, 90),
@@ -394,6 +375,51 @@ class _nullctx:
 
     def __exit__(self, *exc):
         return False
+
+
+def _warm_up(cfg: BenchConfig, dev: BenchDevice, runner, step, next_batch, on_step, at_least: int = 0
+             ) -> list[float]:
+    """The untimed steps (each one's wall time kept, in ms); ``at_least`` of them even with ``--warmup 0``."""
+    warm: list[float] = []
+    n = max(cfg.warmup, at_least)
+    for i in range(n):
+        b = next_batch()
+        dev.synchronize()
+        t0 = time.perf_counter()
+        step(runner, b)
+        dev.synchronize()
+        warm.append(round((time.perf_counter() - t0) * 1e3, 3))
+        if on_step:
+            on_step("warmup", i + 1, n)
+    return warm
+
+
+def _windows(cfg: BenchConfig, dev: BenchDevice, runner, step, next_batch, held, on_step):
+    """``cfg.repeats`` timed windows of ``cfg.steps`` steps: (samples/s per window, ms per step, data-wait ms)."""
+    rates: list[float] = []
+    step_ms: list[float] = []
+    data_ms: list[float] = []
+    done = 0
+    for _r in range(cfg.repeats):
+        timer = dev.timer()
+        dev.synchronize()
+        t0 = time.perf_counter()
+        for _s in range(cfg.steps):
+            td = time.perf_counter()
+            b = next_batch()
+            if held.loader is not None:
+                data_ms.append((time.perf_counter() - td) * 1e3)
+            timer.start()
+            step(runner, b)
+            timer.stop()
+            done += 1
+            if on_step:
+                on_step("measure", done, cfg.repeats * cfg.steps)
+        dev.synchronize()
+        wall = time.perf_counter() - t0
+        rates.append(cfg.batch_size * cfg.steps / wall)
+        step_ms.extend(timer.times_ms())
+    return rates, step_ms, data_ms
 
 
 def _update(loss, opt, scaler) -> None:

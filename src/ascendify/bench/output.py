@@ -20,8 +20,9 @@ SCHEMA = "ascendify.bench/1"
 CSV_COLUMNS = [
     "model", "mode", "precision", "batch_size", "device", "device_name", "emulated", "status", "throughput",
     "throughput_unit", "throughput_min", "throughput_max", "latency_p50_ms", "latency_p90_ms", "latency_p99_ms",
-    "peak_memory_bytes", "peak_memory_measure", "mfu", "achieved_tflops", "flops_per_step", "data_time_fraction", "channels_last",
-    "compile", "steps", "warmup", "repeats", "threads", "label", "error",
+    "peak_memory_bytes", "peak_memory_measure", "mfu", "achieved_tflops", "flops_per_step", "data_time_fraction",
+    "channels_last", "compile", "compile_backend", "compile_ms", "compile_speedup", "eager_throughput", "steps",
+    "warmup", "repeats", "threads", "label", "error",
 ]
 
 
@@ -58,6 +59,17 @@ def table_row(rec: dict) -> dict:
         "memory": None if mem is None else round(mem / 2**20, 1),
         "mfu": None if rec.get("mfu") is None else round(100 * rec["mfu"], 2),
     }
+
+
+def compile_line(rec: dict) -> str | None:
+    """``--compile``: compile time apart from step time, and the speed-up over the eager model."""
+    if rec.get("status") != "ok" or rec.get("compile_speedup") is None:
+        return None
+    lat = rec.get("latency_ms") or {}
+    return (f"{rec['model']} {rec['mode']} {rec['precision']} batch {rec['batch_size']}: torch.compile "
+            f"(backend {rec.get('compile_backend')}): compile {rec['compile_ms'] / 1e3:.2f} s, step p50 "
+            f"{fmt_ms(lat['p50'])} ms against eager {fmt_ms(rec['eager_latency_p50_ms'])} ms: "
+            f"{rec['compile_speedup']:.2f}x the eager throughput")
 
 
 def title_for(records: list[dict]) -> str:

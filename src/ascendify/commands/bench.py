@@ -101,9 +101,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seq-len", type=int, default=None, help="sequence length (default: the model's)")
     parser.add_argument("--num-classes", type=int, default=None, help="classifier outputs (default: the model's)")
     parser.add_argument("--channels-last", action="store_true", help="channels_last memory format (image models)")
-    parser.add_argument("--compile", action="store_true", help="torch.compile the model (warm-up compiles)")
+    parser.add_argument("--compile", action="store_true", help="torch.compile the model; also times the eager model: compile time and speed-up reported")
     parser.add_argument("--compile-backend", default=None,
-                        help="torch.compile backend (default inductor; aot_eager on npu)")
+                        help="torch.compile backend (default inductor)")
     parser.add_argument("--find-max-batch", action="store_true",
                         help="also find the largest batch that fits in device memory (doubling, then bisection)")
     parser.add_argument("--loader-workers", type=int, default=None, metavar="N",

@@ -81,6 +81,9 @@ def enable(**overrides) -> None:
         from ascendify.emulator.api import shim
 
         shim.install()
+        from ascendify.emulator.compile import backends
+
+        backends.install_on_compile()  # torch_npu's Dynamo backends, at the first torch.compile
         _install_peer_hooks()
         if settings.self_test:
             from ascendify.emulator.reporting import selftest
@@ -133,6 +136,9 @@ def report() -> dict:
 def reset_report() -> None:
     """Forget the counters (ops, fidelity events); memory peaks restart from the current allocation."""
     runtime.recorder.reset()
+    from ascendify.emulator.compile import events
+
+    events.reset()
     for i in range(settings.device_count):
         runtime.memory.reset_peak(i)
 

@@ -272,6 +272,8 @@ class Observer:
             wrap(torch.nn.functional, name, f"F.{name}", from_dropout)
 
     def _random_draw(self, api: str, device: str) -> None:
+        if _in_compiler():  # torch.compile's own draws (inductor's pattern tracing), not the program's
+            return
         entry = self.random_draws.get(api)
         if entry is None:
             self.random_draws[api] = entry = {"api": api, "device": device, "calls": 0,
@@ -625,6 +627,22 @@ def _bound_name(mod: Any, frame: Any) -> str | None:
     except Exception:  # noqa: BLE001 (a name is a nicety)
         return None
     return None
+
+
+def _in_compiler() -> bool:
+    """True when the caller runs inside torch.compile's machinery (Dynamo, AOTAutograd, inductor), which draws
+    random example tensors to trace its patterns on the graph's device."""
+    import torch
+
+    parts = tuple(os.path.join(os.path.dirname(torch.__file__), d) for d in ("_inductor", "_dynamo", "_functorch"))
+    f = sys._getframe(2)
+    for _ in range(60):
+        if f is None:
+            return False
+        if f.f_code.co_filename.startswith(parts):
+            return True
+        f = f.f_back
+    return False
 
 
 def _user_site(root: str) -> str | None:

@@ -315,6 +315,8 @@ def _compare(sec, res, result) -> None:
         sub.verdict(st_, f"{ls['verdict'].upper()}: {ls.get('target')} vs {ls.get('golden')}",
                     f"first divergence: {fd}" if fd else f"{ls.get('matched', 0)} matched module calls, none over "
                                                          "its limit")
+        if ls.get("eager_model"):
+            sub.text(ls["eager_model"])
         e2e = ls.get("end_to_end") or {}
         names = {"cosine": "cosine similarity", "rel_l2": "relative L2 error", "max_abs": "max absolute error",
                  "thousandth": "share within 1/1000", "five_thousandth": "share within 5/1000"}

@@ -492,6 +492,13 @@ def step_time(obs: dict[str, Any] | None) -> float | None:
     return secs[mid] if len(secs) % 2 else 0.5 * (secs[mid - 1] + secs[mid])
 
 
+def compiled_sides(train: StepResult | None) -> list[str]:
+    """The runs (``original``, ``migrated``) whose models ran inside torch.compile's ``OptimizedModule``."""
+    models = ((train.facts if train else None) or {}).get("models") or {}
+    return [label for side, label in (("golden", "original"), ("target", "migrated"))
+            if any("(in OptimizedModule)" in (r.get("class") or "") for r in models.get(side) or [])]
+
+
 def describe_models(obs: dict[str, Any] | None) -> list[dict[str, Any]]:
     """One row per discovered model: name, class, where defined, parameters, optimizers, batch, AMP."""
     rows = []
@@ -745,6 +752,11 @@ def read_compare(ctx: Context, jobs: list[Job], train: StepResult | None, tolera
             res.files += ["compare/lockstep/compare.html", "compare/lockstep/compare.json",
                           "compare/lockstep/compare.csv", "compare/lockstep/weights.json",
                           "compare/lockstep/gradients.json"]
+    compiled = compiled_sides(train)
+    if compiled and facts.get("lockstep", {}).get("verdict"):
+        facts["lockstep"]["eager_model"] = (
+            f"the program compiles its model with torch.compile ({' and '.join(compiled)}); lockstep runs the "
+            "eager model (torch.compile's OptimizedModule unwrapped), the training runs are the compiled ones")
     runs = (train.facts.get("runs") if train else None) or {}
     a, b = runs.get("golden", {}).get("history"), runs.get("target", {}).get("history")
     if "train" in ctx.skip or not (a and b and a.get("step") and b.get("step")):
@@ -795,6 +807,8 @@ def read_compare(ctx: Context, jobs: list[Job], train: StepResult | None, tolera
         if ls.get("first_divergence"):
             fd = ls["first_divergence"]
             parts[-1] += f" first at {fd.get('name', fd) if isinstance(fd, dict) else fd}"
+        if ls.get("eager_model"):
+            parts[-1] += " on the eager model"
         gr = facts.get("gradients") or {}
         if gr.get("verdict") == "match":
             parts[-1] += f", gradients match ({gr.get('compared')} parameters)"

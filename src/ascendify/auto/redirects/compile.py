@@ -1,14 +1,14 @@
 """``torch.compile`` settings that name CUDA graphs (issue 19).
 
 ``backend="cudagraphs"`` becomes the target's graph backend where it has one (``"npugraphs"``, registered by
-torch_npu on a real NPU); elsewhere (the CPU, the emulated NPU) it compiles with ``"aot_eager"``, which is the
-cudagraphs backend without the graph capture. ``mode="reduce-overhead"`` (inductor plus CUDA graphs) keeps its
-meaning on a real NPU (torch_npu's inductor) and becomes the default mode elsewhere; inductor's
-``options={"triton.cudagraphs": ...}`` is dropped where there are no CUDA graphs. Each change is recorded in
-run's report: a redirect where the target has the equivalent, *no effect* with the reason where it runs
-without graphs. On the emulated NPU inductor has no code generator, so the inductor backend becomes
-``"aot_eager"`` (Dynamo and AOTAutograd still trace; the emulator's kernels run), noted the same way.
-Everything else passes through unchanged.
+torch_npu on a real NPU and by the emulator on the emulated one); elsewhere (the CPU) it compiles with
+``"aot_eager"``, which is the cudagraphs backend without the graph capture. ``mode="reduce-overhead"`` (inductor
+plus CUDA graphs) keeps its meaning on a real NPU (torch_npu's inductor) and becomes the default mode
+elsewhere; inductor's ``options={"triton.cudagraphs": ...}`` is dropped where there are no CUDA graphs. Each
+change is recorded in run's report: a redirect where the target has the equivalent, *no effect* with the reason
+where it runs without graphs. On the emulated NPU inductor compiles with the CPU's code generator on the npu
+memory (:mod:`ascendify.emulator.compile.backends`), recorded as a redirect. Everything else passes through
+unchanged.
 """
 
 from __future__ import annotations
@@ -37,8 +37,12 @@ def install(s) -> None:
     @functools.wraps(orig)
     def compile(*args: Any, **kwargs: Any):
         backend = kwargs.get("backend")
+        if emulated:
+            from ascendify.emulator.compile import backends
+
+            backends.install()  # torch_npu's backend names, as an NPU process has them
         if backend == "cudagraphs":
-            if real_npu and _has_backend("npugraphs"):
+            if (real_npu or emulated) and _has_backend("npugraphs"):
                 kwargs["backend"] = "npugraphs"
                 rec.hit("torch.compile(backend='cudagraphs')", "backend 'npugraphs'")
             else:
@@ -56,12 +60,8 @@ def install(s) -> None:
             rec.noop("torch.compile(options={'triton.cudagraphs'})",
                      f"no CUDA graphs on {t.name}: option dropped")
         if emulated and kwargs.get("backend", "inductor") == "inductor":
-            kwargs["backend"] = "aot_eager"
-            dropped = [k for k in ("mode", "options") if kwargs.pop(k, None) is not None]
-            rec.noop("torch.compile(backend='inductor')",
-                     "inductor generates no code for the emulated npu: compiled with backend 'aot_eager' "
-                     "(Dynamo and AOTAutograd run, the kernels are the emulator's)"
-                     + (f"; {' and '.join(dropped)} dropped" if dropped else ""))
+            rec.hit("torch.compile(backend='inductor')",
+                    "the emulated npu's inductor: the CPU's code generator on the npu memory")
         return orig(*args, **kwargs)
 
     s.patches.set(torch, "compile", compile)

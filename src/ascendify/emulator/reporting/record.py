@@ -22,8 +22,9 @@ class Recorder:
             info.calls = 0
         if hasattr(self, "ops"):
             for c in (self.ops, self.no_npu_kernel, self.rejected, self.unsupported_apis, self.float64,
-                      self.fp16_overflow, self.hccl_rules, self.warned):
+                      self.fp16_overflow, self.hccl_rules, self.warned, self.graph_ops):
                 c.clear()
+            self.compiled_graphs = 0
             return
         self.ops: Counter = Counter()  # op object (or name) -> calls
         self.no_npu_kernel: Counter = Counter()  # "lgamma" -> calls: CPU fallback on a real NPU
@@ -34,6 +35,8 @@ class Recorder:
         self.fp16_overflow: Counter = Counter()  # op name -> events
         self.hccl_rules: Counter = Counter()  # hccl_rules.json rule id -> violations (fidelity "warn")
         self.warned: set[str] = set()
+        self.compiled_graphs = 0  # graphs torch.compile compiled for npu (emulator.compile)
+        self.graph_ops: Counter = Counter()  # ATen op -> occurrences in those graphs (counted at compile)
 
     def op_counts(self) -> dict[str, int]:
         named: Counter = Counter()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ascendify.emulator import runtime
+from ascendify.emulator.compile import events
 from ascendify.report.tables import format_bytes
 
 
@@ -29,6 +30,7 @@ def build() -> dict:
         "hccl_rule_violations": dict(rec.hccl_rules.most_common()),
         "peak_memory_bytes": max((d["peak_bytes"] for d in devices), default=0),
         "memory": devices,
+        "graph_mode": events.build(),
     }
 
 
@@ -49,7 +51,14 @@ def render(rep: dict, console=None, top: int = 10) -> None:
     t.add_row("fp16 overflow events", str(sum(rep["fp16_overflow_events"].values())))
     t.add_row("HCCL rule violations", str(sum(rep.get("hccl_rule_violations", {}).values())))
     t.add_row("peak device memory", format_bytes(rep["peak_memory_bytes"]))
+    g = rep.get("graph_mode")
+    if g:
+        t.add_row("torch.compile: graphs compiled", str(g["compiled_graphs"]))
+        t.add_row("torch.compile: graph breaks", str(g["graph_breaks"]))
+        t.add_row("torch.compile: recompilations", str(g["recompiles"]))
     console.print(t)
+    for line in graph_mode_lines(g):
+        console.print(line, markup=False, highlight=False)
     for key, title in (("cpu_fallback_on_npu", "ops with no NPU kernel (CPU fallback on hardware)"),
                        ("unsupported_apis", "APIs unsupported on every Ascend chip"),
                        ("float64_events", "float64 on npu"), ("fp16_overflow_events", "fp16/bf16 overflow"),
@@ -62,3 +71,22 @@ def render(rep: dict, console=None, top: int = 10) -> None:
             for name, n in list(rep[key].items())[:top]:
                 d.add_row(name, str(n))
             console.print(d)
+
+
+def graph_mode_lines(g: dict | None) -> list[str]:
+    """The graph-mode findings worth a line each: a recompile loop, a break storm, the first causes."""
+    if not g:
+        return []
+    lines = []
+    if g["recompile_loop"]:
+        loop = g["recompile_loop"]
+        lines.append(f"recompile loop: {loop['function']} recompiled {loop['recompiles']} times (Dynamo's "
+                     f"recompile_limit {loop['limit']}: it then runs eagerly); first cause: {loop['reason']}")
+    elif g["first_recompile"]:
+        r = g["first_recompile"]
+        lines.append(f"first recompilation: {r['function']}: {r['reason']}")
+    if g["graph_breaks"]:
+        kind = "graph-break storm" if g["break_storm"] else "graph breaks"
+        lines.append(f"{kind}: {g['graph_breaks']} ({len(g['graph_break_causes'])} causes); first cause: "
+                     f"{g['first_graph_break']}")
+    return lines

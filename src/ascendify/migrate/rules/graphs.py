@@ -23,6 +23,13 @@ MODES = {
     "reduce-overhead": "records CUDA graphs (inductor's cudagraph trees); on Ascend use backend=\"npugraphs\" "
                        "(or torch.npu.NPUGraph) for graph replay",
 }
+# dynamo backends of other vendors' compilers, which torch_npu's process does not run on the NPU, and why
+FOREIGN_BACKENDS = {
+    "tensorrt": "compiles with NVIDIA TensorRT (CUDA only)",
+    "torch_tensorrt": "compiles with NVIDIA TensorRT (CUDA only)",
+    "openxla": "compiles with XLA for TPUs/GPUs (torch_xla)",
+    "ipex": "compiles with Intel Extension for PyTorch (Intel CPUs/GPUs)",
+}
 # prefixes of inductor ``options`` keys that only mean something for CUDA/Triton
 OPTION_PREFIXES = ("triton.", "cuda.", "max_autotune", "coordinate_descent_tuning")
 
@@ -96,13 +103,15 @@ def compile_backend(ctx, call: ast.AST) -> None:
     "`torch.compile` modes and options with no NPU meaning (Triton, CUDA graphs)",
     safety=REPORT_ONLY,
     targets=(NPU,),
-    hooks=("call",),
-    tokens=('compile', 'optimize'),
+    hooks=("call", "chain"),
+    tokens=("compile", "optimize", "inductor"),
     doc="""
     ## What it does
     Lists `torch.compile(..., mode=...)` with `"max-autotune"`, `"max-autotune-no-cudagraphs"` or
-    `"reduce-overhead"`, and `options={...}` keys for Triton/CUDA (`"triton.cudagraphs"`, `"triton.*"`,
-    `"cuda.*"`, `"max_autotune*"`, `"coordinate_descent_tuning"`), each with the reason.
+    `"reduce-overhead"`, `options={...}` keys for Triton/CUDA (`"triton.cudagraphs"`, `"triton.*"`,
+    `"cuda.*"`, `"max_autotune*"`, `"coordinate_descent_tuning"`), the same settings made on
+    `torch._inductor.config` (`torch._inductor.config.triton.cudagraphs = True`), and backends of other vendors'
+    compilers (`"tensorrt"`, `"torch_tensorrt"`, `"openxla"`, `"ipex"`), each with the reason.
 
     ## Why
     These modes and options tune Triton GPU kernels or record CUDA graphs. On Ascend inductor generates NPU code
@@ -120,11 +129,21 @@ def compile_backend(ctx, call: ast.AST) -> None:
     examples=[
         Example('import torch\nm = torch.compile(m, mode="max-autotune")\n', None),
         Example('import torch\nm = torch.compile(m, options={"triton.cudagraphs": True})\n', None),
+        Example('import torch\nm = torch.compile(m, backend="tensorrt")\n', None),
+        Example('import torch._inductor.config\ntorch._inductor.config.coordinate_descent_tuning = True\n', None),
     ],
 )
 def compile_option(ctx, call: ast.AST) -> None:
+    if isinstance(call, ast.Attribute):
+        _config_setting(ctx, call)
+        return
     if not _is_compile(ctx, call):
         return
+    backend = _str(_kw(call, "backend"))
+    if backend in FOREIGN_BACKENDS:
+        ctx.report(call, api=f"torch.compile(backend={backend!r})", severity=MANUAL,
+                   reason=f"backend {backend!r} {FOREIGN_BACKENDS[backend]}: not on Ascend",
+                   tip="use the default inductor or backend=\"npugraph_ex\" (torch_npu)")
     mode = _str(_kw(call, "mode"))
     if mode in MODES:
         ctx.report(call, api=f"torch.compile(mode={mode!r})", severity=MANUAL,
@@ -138,3 +157,14 @@ def compile_option(ctx, call: ast.AST) -> None:
                            reason=f"inductor option {key!r} configures Triton/CUDA code generation: "
                                   "no meaning on Ascend",
                            tip="drop it; use backend=\"npugraphs\" for graph replay")
+
+
+def _config_setting(ctx, node: ast.Attribute) -> None:
+    q = ctx.qname(node) or ""
+    prefix = "torch._inductor.config."
+    if not q.startswith(prefix) or not q[len(prefix):].startswith(OPTION_PREFIXES) or not ctx.claim(node):
+        return
+    key = q[len(prefix):]
+    ctx.report(node, api=q, severity=MANUAL,
+               reason=f"inductor setting {key!r} configures Triton/CUDA code generation: no meaning on Ascend",
+               tip="drop it on Ascend; use backend=\"npugraphs\" for graph replay")

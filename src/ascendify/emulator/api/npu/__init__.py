@@ -20,6 +20,7 @@ from ascendify.core import knowledge
 from ascendify.emulator import runtime
 from ascendify.emulator.api.legacy_types import TYPES as _LEGACY_TYPES
 from ascendify.emulator.api.npu import amp
+from ascendify.emulator.api.npu import graphs as _graphs
 from ascendify.emulator.api.npu import streams as _streams
 from ascendify.emulator.device import default_index as _default_index
 from ascendify.emulator.device import rng
@@ -32,6 +33,10 @@ current_stream = _streams.current_stream
 default_stream = _streams.default_stream
 set_stream = _streams.set_stream
 stream = _streams.stream
+NPUGraph = _graphs.NPUGraph
+graph = _graphs.graph
+make_graphed_callables = _graphs.make_graphed_callables
+graph_pool_handle = _graphs.graph_pool_handle
 
 _settings = runtime.settings
 _memory = runtime.memory
@@ -127,11 +132,12 @@ class device_of(device):  # noqa: N801
 
 def synchronize(device=None) -> None:
     _get_device_index(device, optional=True)
+    _graphs.refuse_sync("torch.npu.synchronize()")
 
 
 def is_current_stream_capturing() -> bool:
-    """False: NPU graphs are not emulated, so no stream is ever capturing."""
-    return False
+    """True while an NPU graph is being captured (:mod:`.graphs`)."""
+    return _graphs.capturing()
 
 
 def can_device_access_peer(device, peer_device) -> bool:
@@ -452,7 +458,7 @@ def __getattr__(name: str):
 
 
 # submodules that torch_npu has (torch.npu.memory.memory_allocated...), built from the names above
-_SUBMODULES = ("memory", "random", "utils", "streams", "autocast_utils")
+_SUBMODULES = ("memory", "random", "utils", "streams", "autocast_utils", "graphs")
 
 
 def _build_submodules() -> dict[str, types.ModuleType]:
@@ -482,3 +488,4 @@ random = _SUBMODULE_OBJECTS["random"]
 utils = _SUBMODULE_OBJECTS["utils"]
 streams = _SUBMODULE_OBJECTS["streams"]
 autocast_utils = _SUBMODULE_OBJECTS["autocast_utils"]
+graphs = _SUBMODULE_OBJECTS["graphs"]

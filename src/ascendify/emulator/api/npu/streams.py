@@ -57,7 +57,9 @@ class Stream(_TorchStream):
         return True
 
     def synchronize(self) -> None:
-        return None
+        from ascendify.emulator.api.npu.graphs import refuse_sync
+
+        refuse_sync("Stream.synchronize()")
 
     def wait_event(self, event) -> None:
         return None
@@ -110,7 +112,9 @@ class Event(_TorchEvent):
         return True
 
     def synchronize(self) -> None:
-        return None
+        from ascendify.emulator.api.npu.graphs import refuse_sync
+
+        refuse_sync("Event.synchronize()")
 
     def elapsed_time(self, end_event) -> float:
         end_time = getattr(end_event, "_time", None)
