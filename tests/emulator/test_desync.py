@@ -97,6 +97,21 @@ def test_ranks_that_agree_run_to_the_end_with_every_collective_recorded(jobs):
         assert calls.count("all_reduce") >= 1 + 3
 
 
+def test_a_checker_outlives_its_destroyed_group_to_publish_its_last_call_at_exit(monkeypatch):
+    # `dist.all_reduce(x); dist.destroy_process_group()` at the end of a script: the group (and with a weak
+    # reference, its checker) went away before the watchdog published that call, and the peer, at exit, saw a
+    # rank with "no collective in this group yet" (a false "out of step" under torchrun)
+    import gc
+
+    monkeypatch.setattr(desync, "_checkers", [])
+    monkeypatch.setattr(desync, "_thread", [object()])  # no watchdog thread in this process
+    checker = desync.Checker(store=None, rank=0, size=2)
+    desync._register(checker)
+    del checker
+    gc.collect()
+    assert [ref() for ref in desync._checkers][0] is not None
+
+
 def test_fingerprints_compare_what_must_agree():
     import torch
     import torch.distributed as dist

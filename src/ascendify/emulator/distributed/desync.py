@@ -34,7 +34,6 @@ import os
 import sys
 import threading
 import time
-import weakref
 
 import torch
 
@@ -329,9 +328,24 @@ ADVICE = (
 )
 
 
+class _Held:
+    """A strong reference with ``weakref.ref``'s call interface."""
+
+    __slots__ = ("checker",)
+
+    def __init__(self, checker: Checker):
+        self.checker = checker
+
+    def __call__(self) -> Checker:
+        return self.checker
+
+
 def _register(checker: Checker) -> None:
     with _state_lock:
-        _checkers.append(weakref.ref(checker))
+        # held strongly (a Checker holds no reference to its group): a group destroyed right after its last
+        # collective (``destroy_process_group()`` at the end of a script) must still publish that call at exit,
+        # or its peers would see a rank that never got there
+        _checkers.append(_Held(checker))
         if not _thread:
             t = threading.Thread(target=_watch, name="ascendify-collective-check", daemon=True)
             _thread.append(t)
