@@ -242,3 +242,26 @@ def test_varlen_outer_split_modes_7_and_8():
     for a, b_, c, e, m in segs:
         want = ref(q[a:b_].transpose(0, 1)[None], k[c:e].transpose(0, 1)[None], v[c:e].transpose(0, 1)[None], m)
         torch.testing.assert_close(out[a:b_], want[0].transpose(0, 1).float())
+
+
+def test_invalid_row_correction_zeroes_rows_masked_entirely():
+    q, k, v = (rand(1, 2, s, 8, seed=50 + i).double().requires_grad_() for i, s in enumerate((6, 4, 4)))
+    # sparse_mode 3 with Sq > Skv: the first Sq - Skv rows see no key; the kernel corrects them to zeros
+    out = FA(q, k, v, 2, "BNSD", atten_mask=CAUSAL_2048, sparse_mode=3, scale=0.5)[0]
+    assert out[:, :, :2].abs().sum() == 0
+    masked = band(6, 4, hi=-2)
+    torch.testing.assert_close(out[:, :, 2:], ref(q, k, v, masked, scale=0.5)[:, :, 2:])
+    dy = rand(1, 2, 6, 8, seed=60).double()
+    want = torch.autograd.grad(out, (q, k, v), dy)
+    got = FA_GRAD(q.detach(), k.detach(), v.detach(), dy, 2, "BNSD", atten_mask=CAUSAL_2048, sparse_mode=3,
+                  scale_value=0.5)[:3]
+    for a, b in zip(got, want, strict=True):
+        torch.testing.assert_close(a, b)
+    assert torch.autograd.gradcheck(
+        lambda a, b, c: FA(a, b, c, 2, "BNSD", atten_mask=CAUSAL_2048, sparse_mode=3, scale=0.5)[0], (q, k, v))
+    # a user mask with a row all masked: uniform without the correction, zeros with inner_precise 2
+    m = torch.zeros(6, 4, dtype=torch.bool)
+    m[1] = True
+    plain = FA(q, k, v, 2, "BNSD", atten_mask=m)[0]
+    torch.testing.assert_close(plain[:, :, 1], v.mean(2))
+    assert FA(q, k, v, 2, "BNSD", atten_mask=m, inner_precise=2)[0][:, :, 1].abs().sum() == 0

@@ -52,3 +52,15 @@ def test_dropout_with_add_softmax():
     with pytest.raises(NpuOpError, match="N \\* C must be a multiple of 32"):
         torch_npu.npu_dropout_with_add_softmax(torch.randn(1, 8, 128, 128).npu(), torch.randn(1, 8, 128, 128).npu(),
                                                1.0, 0.1, -1)
+
+
+def test_dropout_with_add_softmax_gradients_follow_the_returned_mask():
+    g = torch.Generator().manual_seed(2)
+    a = torch.randn(1, 32, 128, 128, generator=g, dtype=torch.float64).requires_grad_()
+    b = torch.randn(1, 32, 128, 128, generator=g, dtype=torch.float64).requires_grad_()
+    dy = torch.randn(1, 32, 128, 128, generator=g, dtype=torch.float64)
+    mask, _, drop = torch_npu.npu_dropout_with_add_softmax(a, b, 0.5, 0.2, -1)
+    got = torch.autograd.grad(drop, (a, b), dy)
+    want = torch.autograd.grad(torch.softmax(b + 0.5 * a, -1) * mask / 0.8, (a, b), dy)
+    for x, y in zip(got, want, strict=True):
+        torch.testing.assert_close(x, y)

@@ -15,6 +15,8 @@ The math is FlashAttentionScore's (CANN, ``pse_type`` 1 as torch_npu passes it):
   it; without ``atten_mask`` every mode computes full attention.
 - Layouts ``BSH``, ``SBH``, ``BSND``, ``BNSD`` and ``TND`` (varlen: ``actual_seq_qlen``/``actual_seq_kvlen``
   are cumulative ends; trailing zeros drop batches); GQA when the query has a multiple of key/value's heads.
+- A row with every key masked averages the values; with the invalid-row correction (``inner_precise`` 2 or 3,
+  and by itself where the kernel sees such rows: sparse_mode 3/7 with Sq > Skv) it comes out as zeros.
 - Returns ``(attention_out, softmax_max, softmax_sum, softmax_out, seed, offset, numels)``; softmax_max/sum are
   float32 ``[B, N, Sq, 8]`` (TND ``[T, N, 8]``) with the row statistics repeated over the last axis.
 
@@ -293,8 +295,26 @@ def _fast(q, k, v, pse, mask: Mask, keep_prob):
     return False, torch.where(dense, float("-inf"), zero)
 
 
-def attend(q, k, v, pse, mask: Mask, scale: float, keep_prob: float, seed: int = 0, offset: int = 0):
-    """Attention on BNSD tensors (GQA by head count): (out, row max, row sum) with autograd through ``out``."""
+def empty_rows(mask: Mask, sq: int, skv: int, device) -> torch.Tensor | None:
+    """The query rows whose every key is masked, broadcastable to [B, N, Sq, 1] (None: there are none)."""
+    dense = _dense_mask(mask, sq, skv, device)
+    if dense is None:
+        return None
+    rows = dense.all(-1, keepdim=True)
+    return rows if bool(rows.any()) else None
+
+
+def _zero_empty(inner_precise: int, sparse_mode: int, sq: int, skv: int) -> bool:
+    """Invalid-row correction: rows masked entirely come out as zeros. ``inner_precise`` 2 and 3 ask for it;
+    the kernel turns it on by itself where it sees such rows, e.g. sparse_mode 3 with Sq > Skv."""
+    return inner_precise in (2, 3) or (sparse_mode in (3, 7) and sq > skv)
+
+
+def attend(q, k, v, pse, mask: Mask, scale: float, keep_prob: float, seed: int = 0, offset: int = 0,
+           zero_empty: bool = False):
+    """Attention on BNSD tensors (GQA by head count): (out, row max, row sum) with autograd through ``out``.
+    ``zero_empty``: rows masked entirely give zeros (else the average of the values, as the NPU without its
+    invalid-row correction)."""
     fast = _fast(q, k, v, pse, mask, keep_prob)
     if fast is not None:
         causal, float_mask = fast
@@ -306,7 +326,10 @@ def attend(q, k, v, pse, mask: Mask, scale: float, keep_prob: float, seed: int =
             q, k, v, 0.0, causal, attn_mask=float_mask, scale=scale)
         lse = lse.detach().float()
         return out, lse, torch.ones_like(lse)
-    return _Attention.apply(q, k, v, pse, mask, scale, keep_prob, seed, offset)
+    out, m, l_ = _Attention.apply(q, k, v, pse, mask, scale, keep_prob, seed, offset)
+    if zero_empty and (rows := empty_rows(mask, q.shape[2], k.shape[2], q.device)) is not None:
+        out = out.masked_fill(rows, 0.0)
+    return out, m, l_
 
 
 # ----------------------------------------------------------------------------------------------- layouts
@@ -493,7 +516,8 @@ def npu_fusion_attention(query, key, value, head_num, input_layout, pse=None, pa
         seed, offset = 0, 0
     if layout == "TND":
         return _varlen(query, key, value, pse, atten_mask, scale, keep_prob, pre_tockens, next_tockens,
-                       prefix, actual_seq_qlen, actual_seq_kvlen, sparse_mode, sh, seed, offset, softmax_layout)
+                       prefix, actual_seq_qlen, actual_seq_kvlen, sparse_mode, sh, seed, offset, softmax_layout,
+                       inner_precise)
     q = _to_bnsd(query, layout, sh.n)
     k = _to_bnsd(key, layout, sh.nkv)
     v = _to_bnsd(value, layout, sh.nkv)
@@ -503,13 +527,14 @@ def npu_fusion_attention(query, key, value, head_num, input_layout, pse=None, pa
               f"pse must be of shape BNSS, BN1S or 1NSS ({sh.b}, {sh.n}, {sh.sq}, {sh.skv}), but got "
               f"{tuple(pse.shape)}")
     mask = _mask_for(op, atten_mask, sparse_mode, pre_tockens, next_tockens, prefix, sh.sq, sh.skv, sh.b)
-    out, m, l_ = attend(q, k, v, pse, mask, float(scale), float(keep_prob), seed, offset)
+    out, m, l_ = attend(q, k, v, pse, mask, float(scale), float(keep_prob), seed, offset,
+                        _zero_empty(inner_precise, sparse_mode, sh.sq, sh.skv))
     numels = sh.b * sh.n * sh.sq * sh.skv
     return (_from_bnsd(out, layout), _stats(m), _stats(l_), query.new_empty(0), seed, offset, numels)
 
 
 def _varlen(query, key, value, pse, atten_mask, scale, keep_prob, pre, nxt, prefix, seq_q, seq_kv,
-            sparse_mode, sh: Shapes, seed, offset, softmax_layout):
+            sparse_mode, sh: Shapes, seed, offset, softmax_layout, inner_precise=0):
     op = _FA
     check(pse is None, op, "pse is not emulated for input_layout TND")
     qe = _cumulative(op, "actual_seq_qlen", seq_q, sh.sq)
@@ -537,7 +562,8 @@ def _varlen(query, key, value, pse, atten_mask, scale, keep_prob, pre, nxt, pref
                 o = query.new_zeros(1, sh.n, sq, sh.dv)
                 m = l_ = torch.zeros(1, sh.n, sq, device=query.device)
             else:
-                o, m, l_ = attend(q, k, v, None, mask, float(scale), float(keep_prob), seed, offset + i)
+                o, m, l_ = attend(q, k, v, None, mask, float(scale), float(keep_prob), seed, offset + i,
+                                  _zero_empty(inner_precise, mode, sq, skv))
             outs.append(o[0].transpose(0, 1))
             maxes.append(m[0].transpose(0, 1))
             sums.append(l_[0].transpose(0, 1))
@@ -577,7 +603,8 @@ def npu_fusion_attention_grad(query, key, value, dy, head_num, input_layout, *, 
         if layout == "TND":
             q, k, v = (t.detach().requires_grad_() for t in (query, key, value))
             out = _varlen(q, k, v, None, atten_mask, scale_value, keep_prob, pre_tockens, next_tockens, prefix,
-                          actual_seq_qlen, actual_seq_kvlen, sparse_mode, sh, seed, offset, softmax_layout)[0]
+                          actual_seq_qlen, actual_seq_kvlen, sparse_mode, sh, seed, offset, softmax_layout,
+                          inner_precise)[0]
             dq, dk, dv = torch.autograd.grad(out, (q, k, v), dy)
             return dq, dk, dv, empty, empty
     q = _to_bnsd(query, layout, sh.n)
@@ -593,6 +620,10 @@ def npu_fusion_attention_grad(query, key, value, dy, head_num, input_layout, *, 
     else:
         out, m, l_ = _forward(q, k, v, pse, mask, float(scale_value), float(keep_prob), seed, offset)
     dout = _to_bnsd(dy, layout, sh.n)
+    if _zero_empty(inner_precise, sparse_mode, sh.sq, sh.skv):
+        rows = empty_rows(mask, sh.sq, sh.skv, q.device)
+        if rows is not None:  # rows the forward gave as zeros carry no gradient
+            dout = dout.masked_fill(rows, 0.0)
     p = pse.detach().requires_grad_() if pse is not None else None
     dq, dk, dv, dpse = _backward(q, k, v, p, mask, float(scale_value), float(keep_prob), seed, offset, dout,
                                  out, m, l_)
