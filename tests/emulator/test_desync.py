@@ -65,8 +65,9 @@ def _where(code: str) -> str:
 
 
 def test_a_skipped_collective_names_both_ranks_calls_and_lines(jobs):
-    (rc0, out0, err0, _), (rc1, out1, err1, _) = jobs["skip"]
+    (rc0, out0, err0, end0), (rc1, out1, err1, end1) = jobs["skip"]
     assert (rc0, rc1) == (1, 1), (err0, err1)  # every rank stopped
+    assert max(end0, end1) - min(_ready(out0), _ready(out1)) < 10  # from both ranks ready to both stopped
     full, other = (err1, err0) if "stopped: collectives out of step" in err0 else (err0, err1)
     assert "collective #1 differs" in full
     # rank 0's all_reduce of 4 floats (the one rank 1 skipped) met rank 1's next all_reduce, of 2 floats
