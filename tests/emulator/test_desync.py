@@ -169,3 +169,21 @@ def test_function_path_fingerprints_match_the_process_groups():
     opts.reduceOp = dist.ReduceOp.MAX
     agree, args = desync._function_args("all_reduce", "all", (t,), {"op": dist.ReduceOp.MAX})
     assert desync.fingerprint("all_reduce", agree, args)[0] == desync.fingerprint("all_reduce", "all", ([t], opts))[0]
+
+
+def test_function_wrappers_install_and_undo():
+    import torch.distributed as dist
+
+    from ascendify.core.patching import Patches
+
+    original = dist.all_reduce
+    patches = desync.install_function_wrappers(Patches())
+    try:
+        assert dist.all_reduce is not original and dist.all_reduce.__wrapped__ is original
+        assert getattr(dist.barrier, "__ascendify_desync__", False)
+        # no process group: the call goes straight to PyTorch's function, which says so
+        with pytest.raises((RuntimeError, ValueError), match="not been initialized|default process group"):
+            dist.all_reduce(__import__("torch").ones(1))
+    finally:
+        patches.restore()
+    assert dist.all_reduce is original
