@@ -20,7 +20,7 @@ from ascendify.emulator.distributed import desync
 
 WORKER = Path(__file__).resolve().parent / "desync_worker.py"
 LINES = {line.strip(): i + 1 for i, line in enumerate(WORKER.read_text().splitlines())}
-HANG_TIMEOUT = 2.0
+HANG_TIMEOUT = 1.0  # rank 1 runs its own code meanwhile: reported after BUSY_FACTOR (6) times that
 
 
 def _port() -> str:
@@ -31,10 +31,12 @@ def _port() -> str:
 
 @pytest.fixture(scope="module")
 def jobs():
-    env = {**os.environ, desync.TIMEOUT_ENV: str(HANG_TIMEOUT), "PYTHONPATH": os.pathsep.join(sys.path)}
-    env.pop(desync.ENV, None)
+    base = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    base.pop(desync.ENV, None)
     running = {}
     for case in ("skip", "hang", "ok"):
+        # the agreeing job gets a long timeout: on a loaded machine one rank may start seconds after the other
+        env = {**base, desync.TIMEOUT_ENV: str(HANG_TIMEOUT if case == "hang" else 120)}
         port = _port()
         running[case] = [subprocess.Popen([sys.executable, str(WORKER), case, str(r), port], env=env, cwd=WORKER.parent,
                                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -63,8 +65,9 @@ def _where(code: str) -> str:
 
 
 def test_a_skipped_collective_names_both_ranks_calls_and_lines(jobs):
-    (rc0, out0, err0, _), (rc1, out1, err1, _) = jobs["skip"]
+    (rc0, out0, err0, end0), (rc1, out1, err1, end1) = jobs["skip"]
     assert (rc0, rc1) == (1, 1), (err0, err1)  # every rank stopped
+    assert max(end0, end1) - min(_ready(out0), _ready(out1)) < 10  # from both ranks ready to both stopped
     full, other = (err1, err0) if "stopped: collectives out of step" in err0 else (err0, err1)
     assert "collective #1 differs" in full
     # rank 0's all_reduce of 4 floats (the one rank 1 skipped) met rank 1's next all_reduce, of 2 floats
@@ -82,6 +85,7 @@ def test_a_rank_waiting_for_a_peer_that_went_on_is_stopped_within_seconds(jobs):
     assert "rank 0 has waited" in err0 and "which rank(s) 1 did not reach" in err0
     assert f"rank 0: #2 all_reduce(float32[4], op=SUM) at {_where('dist.all_reduce(x)  # rank 1 never gets here: it works on')}" in err0
     assert "rank 1: not there (its last: #1 all_reduce(float32[4], op=SUM) at" in err0
+    assert "it runs its own code, outside collectives" in err0
     assert "stopped" in err1
     waited = end1 - _ready(out1)  # rank 1 sleeps 60 s unless stopped
     assert waited < 10, waited
@@ -162,6 +166,10 @@ def test_two_ranks_sequences_meet_in_the_store_and_the_first_difference_is_named
     r0.publish()
     assert r0.overdue(time.monotonic()) == (2, [1])
     assert "rank 1: not there (its last: #2 barrier() at" in r0.hang_message(2, [1], 5.0)
+    # what rank 0 knows of rank 1's state: nothing published (silent), then waiting elsewhere
+    assert desync._peer_state(r0, 1) == "silent"
+    desync.heartbeat(r1, waiting=True)
+    assert desync._peer_state(r0, 1) == "waiting"
 
 
 def test_function_path_fingerprints_match_the_process_groups():
@@ -176,3 +184,21 @@ def test_function_path_fingerprints_match_the_process_groups():
     opts.reduceOp = dist.ReduceOp.MAX
     agree, args = desync._function_args("all_reduce", "all", (t,), {"op": dist.ReduceOp.MAX})
     assert desync.fingerprint("all_reduce", agree, args)[0] == desync.fingerprint("all_reduce", "all", ([t], opts))[0]
+
+
+def test_function_wrappers_install_and_undo():
+    import torch.distributed as dist
+
+    from ascendify.core.patching import Patches
+
+    original = dist.all_reduce
+    patches = desync.install_function_wrappers(Patches())
+    try:
+        assert dist.all_reduce is not original and dist.all_reduce.__wrapped__ is original
+        assert getattr(dist.barrier, "__ascendify_desync__", False)
+        # no process group: the call goes straight to PyTorch's function, which says so
+        with pytest.raises((RuntimeError, ValueError), match="not been initialized|default process group"):
+            dist.all_reduce(__import__("torch").ones(1))
+    finally:
+        patches.restore()
+    assert dist.all_reduce is original

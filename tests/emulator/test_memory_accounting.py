@@ -2,7 +2,7 @@
 distinct storages' ``nbytes()``, per device, through every way a tensor comes to exist (factories, copies, ops,
 ``out=``, in-place resizes, views, modules, gradients, optimizer state); the peak, its reset, ``memory_reserved``,
 ``memory_stats`` and ``memory_summary`` say the same. Per rank: each rank is its own process with its own counters
-(``test_distributed.py`` checks a rank's figures the same way)."""
+(``desync_worker.py``, run by ``test_desync.py``, checks each rank's figures the same way)."""
 
 import gc
 

@@ -14,7 +14,10 @@ compares collective fingerprints and NCCL's flight recorder keeps the last calls
   every rank with one message: what each rank called there and where, and the calls before it;
 - a rank that has waited in a collective for longer than the timeout (``ASCENDIFY_COLLECTIVE_TIMEOUT``,
   seconds, default :data:`DEFAULT_TIMEOUT`; 0 turns this part off) while a peer has not reached that position
-  stops every rank the same way, naming the peer's last collective and its line.
+  and that peer waits in another collective or does not answer (each watchdog publishes its process's state)
+  stops every rank the same way, naming the peer's last collective and its line; a peer that runs its own code
+  (rank 0 evaluating or saving a checkpoint while the others wait) may still come, and gets
+  :data:`BUSY_FACTOR` times the timeout.
 
 One rank (the first to find the problem, elected through the store) prints the full message on stderr; every
 rank exits with status 1 (the others print one line saying who reported). On by default for the emulated
@@ -40,6 +43,7 @@ import torch
 ENV = "ASCENDIFY_CHECK_COLLECTIVES"
 TIMEOUT_ENV = "ASCENDIFY_COLLECTIVE_TIMEOUT"
 DEFAULT_TIMEOUT = 10.0
+BUSY_FACTOR = 6  # a lagging peer that runs its own code (not waiting anywhere) gets 6x the timeout
 POLL = 0.5  # seconds between two rounds of the watchdog
 NS = "ascendify_desync"
 EXIT_STATUS = 1
@@ -245,7 +249,7 @@ class Checker:
 
     def first_difference(self) -> int | None:
         """The first position where a peer's call differs from this rank's (None: none so far)."""
-        n = len(self.seq)
+        n = self.published  # what the peers can see of this rank
         k = self.verified
         while k < n:
             mine = self.seq[k][0]
@@ -305,11 +309,14 @@ class Checker:
                 return j
         return None
 
-    def hang_message(self, k: int, lagging: list[int], waited: float) -> str:
+    def hang_message(self, k: int, lagging: list[int], waited: float, states: dict | None = None) -> str:
         mine = self.seq[k]
         lines = [f"rank {self.rank} has waited {waited:.1f} s in collective #{k + 1} of {self._group()}, "
                  f"{mine[1]} at {mine[2]}, which rank(s) {', '.join(map(str, lagging))} did not reach:"]
-        lines += [f"  rank {r}: {self._call(r, k)}" for r in range(self.size)]
+        said = {"running": "; it runs its own code, outside collectives",
+                "waiting": "; it waits in another collective (another group?)",
+                "silent": "; its process does not answer"}
+        lines += [f"  rank {r}: {self._call(r, k)}{said.get((states or {}).get(r), '')}" for r in range(self.size)]
         return "\n".join(lines)
 
 
@@ -362,13 +369,13 @@ def _at_exit() -> None:
     if any(c is not None and c.failed for c in (ref() for ref in _checkers)):
         time.sleep(10)  # the watchdog is stopping the process (os._exit): the program must not end with 0
         os._exit(EXIT_STATUS)
+    deadline = time.monotonic() + FINAL_WAIT  # for every group together
     for ref in list(_checkers):
         c = ref()
         if c is None:
             continue
         try:
             c.publish()
-            deadline = time.monotonic() + FINAL_WAIT
             while True:
                 c.fetch()
                 if all(len(seq) >= len(c.seq) for seq in c.peers.values()) or time.monotonic() > deadline:
@@ -389,21 +396,22 @@ def _at_exit() -> None:
 def _watch() -> None:
     while True:
         time.sleep(POLL)
-        for ref in list(_checkers):
-            c = ref()
-            if c is None:
-                _checkers.remove(ref)
-                continue
+        live = [c for c in (ref() for ref in list(_checkers)) if c is not None]
+        _checkers[:] = [weakref.ref(c) for c in live]
+        now = time.monotonic()
+        waiting = any(now - t > POLL for c in live for t in list(c.inflight.values()))
+        for c in live:
             try:
-                _round(c)
+                _round(c, waiting)
             except Exception as e:  # the store is gone (a peer hosting it exited, the group was destroyed)
                 _store_lost(c, e)
 
 
-def _round(c: Checker) -> None:
+def _round(c: Checker, waiting: bool = False) -> None:
+    heartbeat(c, waiting)
     if c.store.check([f"{NS}/abort"]):
         _stop_reported(c)
-    if c.verified == len(c.seq) and not c.inflight:
+    if c.verified == c.published == len(c.seq) and not c.inflight:
         return  # nothing issued since everything was compared: nothing to publish or compare
     c.publish()
     c.fetch()
@@ -417,7 +425,28 @@ def _round(c: Checker) -> None:
         due = c.overdue(now)
         if due is not None:
             k, lagging = due
-            _fail(c, c.hang_message(k, lagging, now - c.inflight.get(k, now)))
+            waited = now - c.inflight.get(k, now)
+            states = {p: _peer_state(c, p) for p in lagging}
+            # a peer that runs its own code may still come (rank 0 saving a checkpoint while the others wait):
+            # it gets BUSY_FACTOR times the timeout; a peer that waits elsewhere, or does not answer, does not
+            if waited >= c.timeout * BUSY_FACTOR or any(st != "running" for st in states.values()):
+                _fail(c, c.hang_message(k, lagging, waited, states))
+
+
+def heartbeat(c: Checker, waiting: bool) -> None:
+    """Publish this process's state for the peers: waiting in a collective (of any group), or running its code."""
+    c.store.set(f"{NS}/hb/{c.rank}", f"{time.time():.3f} {int(waiting)}")
+
+
+def _peer_state(c: Checker, p: int) -> str:
+    """``running`` (outside collectives), ``waiting`` (in a collective of some group) or ``silent``."""
+    key = f"{NS}/hb/{p}"
+    if not c.store.check([key]):
+        return "silent"
+    stamp, flag = c.store.get(key).decode().split()
+    if time.time() - float(stamp) > max(4 * POLL, 2.0):
+        return "silent"
+    return "waiting" if flag == "1" else "running"
 
 
 def _store_lost(c: Checker, err: Exception) -> None:
