@@ -26,7 +26,8 @@ STEPS = 3
 BATCH = 8  # global batch: divisible by 1, 2 and 4 ranks
 LR = 0.1
 DEV = os.environ.get("SHARDED_DEVICE", "npu")  # "cpu": the same job on gloo, to compare with PyTorch's own
-FEATURES = ["dtensor", "fsdp2", "fsdp2_mixed", "fsdp2_offload", "hsdp", "fsdp1", "tp", "sp", "mesh2d", "dcp"]
+FEATURES = ["dtensor", "fsdp2", "fsdp2_mixed", "fsdp2_offload", "fsdp2_meta", "hsdp", "fsdp1", "tp", "sp", "mesh2d",
+            "dcp"]
 
 
 # -- the models and data (shared with the single-process reference) ----------------------------------------------
@@ -180,6 +181,30 @@ def feature_fsdp2_mixed(rank, world, out, ckpt_in):
 
 def feature_fsdp2_offload(rank, world, out, ckpt_in):
     return feature_fsdp2(rank, world, out, ckpt_in, offload=True)
+
+
+def feature_fsdp2_meta(rank, world, out, ckpt_in):
+    """torchtitan's and pytorch/examples' FSDP2 pattern: build on meta, shard, ``to_empty``, ``reset_parameters``
+    (a random init of each DTensor shard from the device generator, whose state DTensor reads as Philox's seed and
+    offset); a buffer made on the CPU is moved by ``fully_shard`` with ``tensor.data = tensor.to(device)``."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    mesh = init_device_mesh(DEV, (world,))
+    with torch.device("meta"):
+        model = make_mlp()
+    model.register_buffer("scale", torch.ones(4))  # not on meta
+    for layer in (model[0], model[2], model[4]):
+        fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    model.to_empty(device=DEV)
+    torch.manual_seed(0)
+    for m in model.modules():
+        if isinstance(m, torch.nn.Linear):
+            m.reset_parameters()
+    full = model[0].weight.full_tensor().cpu()
+    return {"losses": _train_dp(model, rank, world), "finite": bool(torch.isfinite(full).all()),
+            "std": float(full.std()), "buffer_device": model.scale.device.type, "weight": full[0, :4].tolist()}
 
 
 def feature_hsdp(rank, world, out, ckpt_in):

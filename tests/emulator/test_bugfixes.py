@@ -143,3 +143,14 @@ def test_backward_on_a_second_device_gives_the_cpus_gradients(fresh_report):
     v = torch.ones(2, device="npu", requires_grad=True)
     (v * 2).sum().backward()
     assert torch.equal(v.grad.cpu(), torch.full((2,), 2.0))
+
+
+def test_assigning_data_across_cpu_and_npu_works_as_on_an_npu():
+    # `p.data = p.data.npu()` and FSDP2's `tensor.data = tensor.to(device)` (pytorch/examples' FSDP2 example
+    # died there: "incompatible tensor type"); torch_npu registers _has_compatible_shallow_copy_type for this
+    p = torch.nn.Parameter(torch.arange(3.0))
+    p.data = p.data.to("npu")
+    assert p.device.type == "npu" and p.cpu().tolist() == [0.0, 1.0, 2.0] and isinstance(p, torch.nn.Parameter)
+    p.data = torch.ones(2)
+    assert p.device.type == "cpu" and p.tolist() == [1.0, 1.0]
+    assert not torch._has_compatible_shallow_copy_type(torch.ones(1, device="npu"), torch.ones(1, device="meta"))

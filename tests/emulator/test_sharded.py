@@ -107,6 +107,16 @@ def test_the_sharded_stack_breaks_no_hccl_rule(jobs, world):
 
 
 @pytest.mark.parametrize("world", [2, 4])
+def test_fsdp2_built_on_meta_and_initialised_shard_by_shard_trains(jobs, world):
+    per_rank = _feature(jobs, world, "fsdp2_meta")
+    for r in per_rank:
+        assert r["finite"] and 0.05 < r["std"] < 1.0, r  # a real random init, not zeros or garbage
+        assert r["buffer_device"] == "npu"
+        assert r["losses"] == per_rank[0]["losses"] and r["weight"] == per_rank[0]["weight"]
+        assert r["losses"][-1] < r["losses"][0]  # it trains
+
+
+@pytest.mark.parametrize("world", [2, 4])
 def test_fsdp2_shards_and_policies(jobs, world):
     plain, mixed, offload = (_feature(jobs, world, n) for n in ("fsdp2", "fsdp2_mixed", "fsdp2_offload"))
     for rank in range(world):

@@ -36,6 +36,7 @@ def manual_seed(seed: int, index: int) -> None:
     seed = int(seed) & 0xFFFF_FFFF_FFFF_FFFF
     generator(index).manual_seed(seed)
     _initial_seed[index] = seed
+    _offsets[index] = 0
 
 
 def seed(index: int) -> None:
@@ -48,14 +49,57 @@ def initial_seed(index: int) -> int:
     return _initial_seed[index]
 
 
+# ``torch.npu.get_rng_state()`` has the NPU's shape: 16 bytes, a uint64 seed then a uint64 offset (torch_npu's
+# generator is Philox-based, like CUDA's), which DTensor's RNG tracker reads and writes (``_PhiloxState``: a
+# shard's random init sets the offset, draws, then moves it on). The engine underneath stays the CPU's
+# Mersenne Twister: a state this device handed out is restored exactly (its engine state is kept under its
+# (seed, offset), the last SNAPSHOTS of them); an offset never handed out (DTensor's arithmetic) seeds the
+# engine from (seed, offset), so the stream is a function of the pair, as with Philox. A Mersenne Twister
+# state (5056 bytes, an older checkpoint) is still accepted.
+_STATE_BYTES = 16
+SNAPSHOTS = 256
+_offsets: dict[int, int] = {}
+_snapshots: dict[tuple[int, int, int], torch.Tensor] = {}
+
+
+def _pack(seed: int, offset: int) -> torch.Tensor:
+    return torch.tensor([seed & 0xFFFF_FFFF_FFFF_FFFF, offset], dtype=torch.uint64).view(torch.uint8).clone()
+
+
 def get_state(index: int) -> torch.Tensor:
-    return generator(index).get_state()
+    g = generator(index)
+    engine = g.get_state()
+    seed = _initial_seed[index]
+    offset = _offsets.get(index, 0)
+    known = _snapshots.get((index, seed, offset))
+    if known is None or not torch.equal(known, engine):
+        if known is not None:  # drawn since that state was handed out: a new position
+            offset += 1
+        _offsets[index] = offset
+        _snapshots[(index, seed, offset)] = engine
+        while len(_snapshots) > SNAPSHOTS:
+            _snapshots.pop(next(iter(_snapshots)))
+    return _pack(seed, offset)
 
 
 def set_state(state: torch.Tensor, index: int) -> None:
     if not isinstance(state, torch.Tensor) or state.dtype != torch.uint8:
         raise TypeError("RNG state must be a torch.ByteTensor (as returned by torch.npu.get_rng_state())")
-    generator(index).set_state(state.cpu())
+    state = state.cpu()
+    g = generator(index)
+    if state.numel() != _STATE_BYTES:
+        g.set_state(state)  # a Mersenne Twister state (an older checkpoint)
+        return
+    seed, offset = (int(v) for v in state.contiguous().view(torch.uint64).tolist())
+    seed &= 0xFFFF_FFFF_FFFF_FFFF
+    engine = _snapshots.get((index, seed, offset))
+    if engine is not None:
+        g.set_state(engine)
+    else:  # a position this device never handed out: the stream is a function of (seed, offset)
+        g.manual_seed((seed * 0x9E3779B97F4A7C15 + offset * 0xBF58476D1CE4E5B9 + 1) & 0xFFFF_FFFF_FFFF_FFFF)
+        _snapshots[(index, seed, offset)] = g.get_state()
+    _initial_seed[index] = seed
+    _offsets[index] = offset
 
 
 @contextlib.contextmanager

@@ -323,7 +323,7 @@ class Checker:
 # ---------------------------------------------------------------------------------------------------------
 # the watchdog: one thread per process, for every checked group
 
-_checkers: list = []  # weak references to Checker
+_checkers: list = []  # _Held references to Checker (see _register)
 _thread: list = []
 _state_lock = threading.Lock()
 
@@ -391,13 +391,27 @@ def _at_exit() -> None:
                       if k in c.inflight else c.mismatch_message(k))
         except Exception:  # the store is gone: the peers have exited; nothing more to compare
             continue
+    _release()
+
+
+_stopping = threading.Event()
+
+
+def _release() -> None:
+    """After the last comparison: stop the watchdog and let go of the stores while the interpreter is whole
+    (a C++ store freed by interpreter teardown under a running thread aborts the process)."""
+    _stopping.set()
+    for t in _thread:
+        if isinstance(t, threading.Thread) and t.is_alive() and t is not threading.current_thread():
+            t.join(timeout=2 * POLL)
+    _checkers.clear()
 
 
 def _watch() -> None:
-    while True:
+    while not _stopping.is_set():
         time.sleep(POLL)
         live = [c for c in (ref() for ref in list(_checkers)) if c is not None]
-        _checkers[:] = [weakref.ref(c) for c in live]
+        _checkers[:] = [_Held(c) for c in live]
         now = time.monotonic()
         waiting = any(now - t > POLL for c in live for t in list(c.inflight.values()))
         for c in live:

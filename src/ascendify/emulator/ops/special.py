@@ -140,6 +140,18 @@ def record_stream(self, stream):
     return None
 
 
+_DENSE = frozenset({"cpu", "npu"})
+
+
+def has_compatible_shallow_copy_type(self, src) -> bool:
+    """``param.data = other`` between ``cpu`` and ``npu`` strided tensors is allowed, as torch_npu's own kernel
+    allows it (c10's default lists CPU, CUDA... but not PrivateUse1): ``p.data = p.data.npu()`` and FSDP2's
+    ``tensor.data = tensor.to(device)`` work as on an NPU."""
+    if self.layout != torch.strided or src.layout != torch.strided:
+        return self.layout == src.layout and self.device.type == src.device.type
+    return self.device.type in _DENSE and src.device.type in _DENSE
+
+
 def efficientzerotensor(size, *, dtype=None, layout=None, device=None, pin_memory=None):
     index = _check_index(device.index if device is not None else None)
     return adopt(torch.zeros(size, dtype=dtype), index)

@@ -71,6 +71,7 @@ _ENTRIES: dict[str, OpPolicy] = {
     "set_.source_Tensor_storage_offset": OpPolicy(
         kernel=special.redispatch_cpu(_aten.set_.source_Tensor_storage_offset)),
     "record_stream": OpPolicy(kernel=special.record_stream),
+    "_has_compatible_shallow_copy_type": OpPolicy(kernel=special.has_compatible_shallow_copy_type, direct=True),
     "_efficientzerotensor": OpPolicy(kernel=special.efficientzerotensor),
     "convolution_overrideable": OpPolicy(kernel=special.conv_overrideable, direct=True),
     "convolution_backward_overrideable": OpPolicy(kernel=special.conv_backward_overrideable, direct=True),
