@@ -5,7 +5,8 @@ With ``compare_models(..., backward=True)`` both forward runs keep their autogra
 * every float tensor a module call receives passes through a *tap* (an identity autograd function that clones it
   and keeps the gradient flowing back through it): the gradient that call gives back to its inputs, its share
   only, even when the input is also used elsewhere (a residual);
-* every float tensor a module call returns gets a tensor hook: the gradient it receives (from all its users);
+* every float tensor a module call returns passes through a tap too: the gradient its users outside the call
+  give it (a tensor hook would also count a use inside the call);
 * one loss per side (``loss_fn(outputs)``, default the mean of the squared float outputs, computed in float32)
   and one ``backward()``; parameter gradients are collected and the models' own ``.grad`` restored after.
 
@@ -30,7 +31,6 @@ with respect to the golden outputs, compared, name a loss scale that was not und
 from __future__ import annotations
 
 import contextlib
-import functools
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -96,18 +96,19 @@ def tap_inputs(args, kwargs, store: dict) -> tuple[tuple, dict, list[int]]:
     return a, k, tapped
 
 
-def _keep(store: dict, pos: int, g):
-    store[pos] = g.detach() if pos not in store else store[pos] + g.detach()
-
-
-def hook_outputs(out, store: dict) -> list:
-    """A hook on every output tensor that requires a gradient: ``store[position]`` receives its gradient. Returns
-    the hook handles (a module that returns a parameter would otherwise keep the hook after the comparison)."""
-    handles = []
-    for pos, t in enumerate(_tensors(out)):
-        if _wants_grad(t):
-            handles.append(t.register_hook(functools.partial(_keep, store, pos)))
-    return handles
+def tap_outputs(out, store: dict):
+    """``out`` with every tensor that requires a gradient passed through a tap: ``store[position]`` receives the
+    gradient its users outside the module give it (a tensor hook would also count a use inside the module: a
+    model that returns its last hidden state and a pooling of it)."""
+    flat, spec = tree_flatten(out)
+    pos, changed = -1, False
+    for i, x in enumerate(flat):
+        if isinstance(x, torch.Tensor):
+            pos += 1
+            if _wants_grad(x):
+                flat[i] = _Tap.apply(x, store, pos)
+                changed = True
+    return tree_unflatten(flat, spec) if changed else None
 
 
 def default_loss(out) -> torch.Tensor:
@@ -293,27 +294,29 @@ def _rerun_backward(call, module, args, kwargs, gout: dict, want: list[int], ctx
                 leaves[pos] = flat[i]
     a, k = tree_unflatten(flat, spec)
     bufs = [(b, b.detach().clone()) for b in module.buffers()] if isinstance(module, torch.nn.Module) else []
+    res = _Grads()
     try:
         with torch.enable_grad(), ctx:
             out = module(*a, **k)
+        outs = _tensors(out)
+        sel, grads_out = [], []
+        for p, g in gout.items():
+            if p < len(outs) and _wants_grad(outs[p]):
+                o = outs[p]
+                sel.append(o)
+                grads_out.append(g.to(device=o.device, dtype=o.dtype).reshape(o.shape))
+        params = [(n, p) for n, p in _own_params(module) if p.requires_grad]
+        wrt = list(leaves.values()) + [p for _, p in params]
+        if sel and wrt:
+            got = torch.autograd.grad(sel, wrt, grads_out, allow_unused=True)
+        else:
+            got = [None] * len(wrt)
     finally:
+        # after the backward: an eval-mode BatchNorm saves its running statistics for it, and restoring them
+        # in place before would bump their version
         with torch.no_grad():
             for b, saved in bufs:
                 b.copy_(saved)
-    outs = _tensors(out)
-    sel, grads_out = [], []
-    for p, g in gout.items():
-        if p < len(outs) and _wants_grad(outs[p]):
-            o = outs[p]
-            sel.append(o)
-            grads_out.append(g.to(device=o.device, dtype=o.dtype).reshape(o.shape))
-    params = [(n, p) for n, p in _own_params(module) if p.requires_grad]
-    wrt = list(leaves.values()) + [p for _, p in params]
-    res = _Grads()
-    if sel and wrt:
-        got = torch.autograd.grad(sel, wrt, grads_out, allow_unused=True)
-    else:
-        got = [None] * len(wrt)
     for (p, _), g in zip(leaves.items(), got[: len(leaves)], strict=True):
         res.inputs[p] = g
     for (n, _), g in zip(params, got[len(leaves):], strict=True):

@@ -183,7 +183,6 @@ class _Recorder:
         self.model = model
         self.level = level
         self.grads = grads  # backward: tap inputs and hook outputs (see gradients.py)
-        self.grad_hooks: list = []  # removed once the backward ran
         self.ended = 0
         self.calls: list[_Call] = []
         self.stack: list[int] = []
@@ -229,9 +228,10 @@ class _Recorder:
             call.end = self.ended
             self.ended += 1
             if self.grads and torch.is_grad_enabled():
-                from ascendify.precision.gradients import hook_outputs
+                from ascendify.precision.gradients import tap_outputs
 
-                self.grad_hooks += hook_outputs(output, call.gout)
+                return tap_outputs(output, call.gout)
+        return None
 
     def record_api(self, func, args, kwargs, out):
         name = _api_name(func)
@@ -520,22 +520,14 @@ def compare_models(
                 with _Recorder(golden, level, grads=True).active() as grec:
                     g_live = golden(*g_in, **g_kw)
                 lap("runs")
-                try:
-                    gside = gradients.run_backward(golden, gradients.check_loss(g_loss_fn(g_live), "golden"))
-                finally:
-                    for h in grec.grad_hooks:
-                        h.remove()
+                gside = gradients.run_backward(golden, gradients.check_loss(g_loss_fn(g_live), "golden"))
                 lap("backward_runs")
                 g_out = _clone(g_live)
                 del g_live
                 with _Recorder(target, level, grads=True).active() as trec, t_ctx():
                     t_live = target(*t_in, **t_kw)
                 lap("runs")
-                try:
-                    tside = gradients.run_backward(target, gradients.check_loss(t_loss_fn(t_live), "target"))
-                finally:
-                    for h in trec.grad_hooks:
-                        h.remove()
+                tside = gradients.run_backward(target, gradients.check_loss(t_loss_fn(t_live), "target"))
                 lap("backward_runs")
                 t_out = _clone(t_live)
                 del t_live
