@@ -4,6 +4,7 @@ under bf16 autocast (CPU here; the emulated NPU runs the same code path)."""
 
 from __future__ import annotations
 
+import copy
 import json
 
 import pytest
@@ -113,3 +114,50 @@ def test_a_loss_that_is_not_a_scalar_is_a_clear_error_on_the_command_line(tmp_pa
     err = capsys.readouterr().err
     assert rc == 3 and "loss_fn must return a scalar tensor (one element)" in err and "(4, 16)" in err
     assert not (tmp_path / "o").exists()
+
+
+class _Trunk(torch.nn.Module):
+    """Returns its features and a pooling of them (as Hugging Face's ResNetModel does); BatchNorm in eval."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.bn = torch.nn.BatchNorm2d(8)
+
+    def forward(self, x):
+        h = torch.relu(self.bn(self.conv(x)))
+        return h, h.mean((2, 3))
+
+
+class _Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.trunk = _Trunk()
+        self.head = torch.nn.Linear(8, 3)
+
+    def forward(self, x):
+        return self.head(self.trunk(x)[1])  # the features themselves are not used outside the trunk
+
+
+class _HalvingHead(torch.nn.Linear):
+    """A head whose input gradient is halved by a hook: everything before it inherits a wrong gradient."""
+
+    def forward(self, x):
+        if x.requires_grad:
+            x.register_hook(lambda g: g * 0.5)
+        return super().forward(x)
+
+
+def test_an_output_used_inside_its_module_and_batchnorm_re_runs():
+    torch.manual_seed(0)
+    golden = _Net()
+    golden.trunk.bn.running_var.fill_(2.0)
+    target = copy.deepcopy(golden)
+    target.head.__class__ = _HalvingHead
+    r = compare_models(golden, target, torch.randn(2, 3, 8, 8), backward=True)
+    assert r.first_divergence.module == "head" and r.first_divergence.phase == "backward"
+    # the trunk received a wrong gradient, so it is re-run from the golden's: its own backward is right (its
+    # features' use inside it not counted twice, its BatchNorm statistics intact for the backward)
+    trunk = next(n for n in r.nodes if n.phase == "backward" and n.module == "trunk")
+    assert trunk.inputs["rel_l2"] > 0.1 and trunk.note is None
+    assert not trunk.flagged and trunk.local["rel_l2"] < 1e-6, trunk.reasons
