@@ -19,6 +19,15 @@ from ascendify.precision.gradients import LossError, default_loss
 CASES = list(M.BACKWARD_TWINS)
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _emulator_before_the_first_backward():
+    """These tests run backward() in the pytest process: the emulated NPU (which later tests enable in this
+    process) must exist before the first backward, or autograd can never run on it here (emulator docs)."""
+    import ascendify.emulator as emu
+
+    emu.enable()
+
+
 def _run(name: str, autocast=None):
     golden, target = M.backward_pair(name)
     scale = M.BACKWARD_TWINS[name][3]
@@ -161,3 +170,37 @@ def test_an_output_used_inside_its_module_and_batchnorm_re_runs():
     trunk = next(n for n in r.nodes if n.phase == "backward" and n.module == "trunk")
     assert trunk.inputs["rel_l2"] > 0.1 and trunk.note is None
     assert not trunk.flagged and trunk.local["rel_l2"] < 1e-6, trunk.reasons
+
+
+class _Cache:
+    """A key cache every layer appends to (as Hugging Face's DynamicCache)."""
+
+    def __init__(self):
+        self.keys = []
+
+
+class _CachedLayer(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 4)
+
+    def forward(self, x, cache):
+        cache.keys.append(self.fc(x))
+        return torch.stack(cache.keys).sum(0)
+
+
+class _CachedNet(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = _CachedLayer(), _CachedLayer()
+
+    def forward(self, x):
+        cache = _Cache()
+        return self.b(self.a(x, cache), cache)
+
+
+def test_a_cache_changed_by_each_call_is_re_run_as_the_call_saw_it():
+    torch.manual_seed(0)
+    net = _CachedNet()
+    r = compare_models(net, net, torch.randn(3, 4), backward=True, tolerance=1e-3)
+    assert r.verdict == "match", [(n.name, n.reasons) for n in r.flagged]

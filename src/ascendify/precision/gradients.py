@@ -50,6 +50,9 @@ BACKWARD_FACTOR = 2.0
 # code check (the target's code in the golden setting, untrimmed, at the golden's limit) is what names a defect in
 # backward code there
 LOW_PRECISION_FACTOR = 4.0
+# a tensor's gradient error is measured against at least this share of its part of the call's whole gradient
+# (see _floor)
+FLOOR_SHARE = 0.1
 
 
 class LossError(ValueError):
@@ -249,6 +252,15 @@ def _compare(t: _Grads, g: _Grads, cdt: str, where: str, trim: bool = False, fas
     worst, reasons, per = None, [], {}
     items = [(f"input {p}", t.inputs.get(p), g.inputs.get(p)) for p in sorted(set(t.inputs) | set(g.inputs))]
     items += [(f"parameter {n}", t.params.get(n), g.params.get(n)) for n in t.params]
+    # the call's whole golden gradient, for the floor below
+    sq = n_all = 0.0
+    for _, a, b in items:
+        if a is not None and b is not None:
+            v = float(torch.linalg.vector_norm(b.detach().float()))
+            if math.isfinite(v):
+                sq += v * v
+                n_all += b.numel()
+    rms_all = math.sqrt(sq / n_all) if n_all else 0.0
     for label, a, b in items:
         if a is None and b is None:
             continue
@@ -260,6 +272,7 @@ def _compare(t: _Grads, g: _Grads, cdt: str, where: str, trim: bool = False, fas
         m["of"] = label
         if trim and not fast and not m.get("shape_mismatch"):
             m["trimmed_rel_l2"] = metrics.trimmed_rel_l2(a.detach().float().cpu().reshape(b.shape), b)
+        _floor(m, a, b, rms_all)
         if label.startswith("parameter "):
             per[label[10:]] = m.get("rel_l2")
         if m.get("shape_mismatch"):
@@ -272,6 +285,24 @@ def _compare(t: _Grads, g: _Grads, cdt: str, where: str, trim: bool = False, fas
             worst = m
             worst["_pair"] = (a, b)
     return worst, reasons, per
+
+
+def _floor(m: dict[str, Any], a, b, rms_all: float) -> None:
+    """Relative errors against at least ``FLOOR_SHARE`` of the tensor's share of the call's whole gradient. A
+    gradient that is zero in exact arithmetic (an attention key's bias: softmax ignores a constant added to every
+    key) is rounding noise on both sides, and relative to itself any two noises differ by 100%."""
+    nb = float(torch.linalg.vector_norm(b.detach().float()))
+    floor = FLOOR_SHARE * rms_all * math.sqrt(b.numel())
+    if not (math.isfinite(nb) and floor > nb) or m.get("shape_mismatch"):
+        return
+    d = float(torch.linalg.vector_norm(a.detach().to("cpu", torch.float32).reshape(b.shape) - b.detach().float().cpu()))
+    if not math.isfinite(d):
+        return
+    m["floored"] = True
+    m["rel_l2"] = d / floor
+    if "trimmed_rel_l2" in m:
+        t = m["trimmed_rel_l2"]
+        m["trimmed_rel_l2"] = t * nb / floor if (nb > 0 and math.isfinite(t)) else d / floor
 
 
 def _strip(m: dict[str, Any] | None) -> dict[str, Any]:
@@ -421,7 +452,8 @@ def backward_nodes(grec, trec, t2g: dict[int, int], fwd_nodes: list[NodeResult],
                 gl = _Grads(inputs={p: gc.gin.get(p) for p in want},
                             params={n: (gside.grads.get(id(gp)) if gp is not None else None) for n, _, gp in pairs})
             else:
-                gr = _rerun_backward(gc, gc.module, gc.args, gc.kwargs, gc.gout, want, contextlib.nullcontext())
+                gr = _rerun_backward(gc, gc.module, golden_in(gc.args, gc.args), golden_in(gc.kwargs, gc.kwargs),
+                                     gc.gout, want, contextlib.nullcontext())
                 gl = _Grads(inputs=gr.inputs, params={n: gr.params.get(gn) for (n, _, gp), gn in
                                                       zip(pairs, _golden_names(gc.module, pairs), strict=True)})
             loc, loc_reasons, per_local = _compare(tl, gl, cdt, "re-run on golden inputs and gradient", trim)

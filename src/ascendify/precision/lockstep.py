@@ -136,6 +136,46 @@ def _clone(obj):
     return tree_map(lambda x: x.detach().clone() if isinstance(x, torch.Tensor) else x, obj)
 
 
+_PLAIN = (int, float, bool, str, bytes, complex, type(None), torch.dtype, torch.device, torch.layout,
+          torch.memory_format, slice, type(Ellipsis))
+
+
+def _snap(x):
+    """A copy of a non-tensor argument that a call may change (a key/value cache appended to by every
+    attention call): each re-run must see it as the recorded call saw it. Plain values, modules and callables
+    are shared; tensors with autograd history inside the object are cloned detached (deepcopy refuses them);
+    an object that cannot be copied is shared."""
+    if isinstance(x, _PLAIN) or isinstance(x, torch.nn.Module) or callable(x) or isinstance(x, type):
+        return x
+    memo: dict = {}
+
+    def seed(o, depth: int) -> None:
+        if depth > 4:
+            return
+        if isinstance(o, torch.Tensor):
+            memo[id(o)] = o.detach().clone()
+        elif isinstance(o, (list, tuple)):
+            for e in o:
+                seed(e, depth + 1)
+        elif isinstance(o, dict):
+            for e in o.values():
+                seed(e, depth + 1)
+        elif hasattr(o, "__dict__") and not isinstance(o, _PLAIN):
+            for e in vars(o).values():
+                seed(e, depth + 1)
+
+    seed(x, 0)
+    try:
+        return copy.deepcopy(x, memo)
+    except Exception:  # noqa: BLE001 (whatever refuses to copy is shared, as before)
+        return x
+
+
+def _record(obj):
+    """A call's arguments as recorded: tensors cloned, objects it may change (a cache) copied."""
+    return tree_map(lambda x: x.detach().clone() if isinstance(x, torch.Tensor) else _snap(x), obj)
+
+
 def _short(path: str) -> str:
     try:
         rel = os.path.relpath(path)
@@ -205,8 +245,8 @@ class _Recorder:
                 parent=parent,
                 call_index=n,
                 module=module,
-                args=_clone(args),
-                kwargs=_clone(kwargs),
+                args=_record(args),
+                kwargs=_record(kwargs),
                 source=_call_site(),
                 defined_at=_defined_at(module),
             )
@@ -250,8 +290,8 @@ class _Recorder:
                 parent=owner_i,
                 call_index=n,
                 module=func,
-                args=_clone(args),
-                kwargs=_clone(kwargs),
+                args=_record(args),
+                kwargs=_record(kwargs),
                 out=_clone(out),
                 source=_call_site(),
                 end=self.ended,
@@ -358,9 +398,11 @@ def _golden_tensors_in(target_obj, golden_obj):
     g = _tensors(golden_obj)
     flat, spec = tree_flatten(target_obj)
     if sum(isinstance(x, torch.Tensor) for x in flat) != len(g):
-        return _clone(golden_obj)
+        return _record(golden_obj)
     it = iter(g)
-    return tree_unflatten([next(it).detach().clone() if isinstance(x, torch.Tensor) else x for x in flat], spec)
+    # non-tensor arguments copied again: the re-run may change them (a cache) and the next re-run needs them intact
+    return tree_unflatten([next(it).detach().clone() if isinstance(x, torch.Tensor) else _snap(x) for x in flat],
+                          spec)
 
 
 def _rerun(call: _Call, module, args, kwargs, ctx):
