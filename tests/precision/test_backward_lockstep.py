@@ -14,7 +14,7 @@ from precision_conftest import planted_models as M
 
 from ascendify.precision import compare_models
 from ascendify.precision import compare_report as cr
-from ascendify.precision.gradients import LossError, default_loss
+from ascendify.precision.gradients import LossError, default_loss, summary
 
 CASES = list(M.BACKWARD_TWINS)
 
@@ -73,6 +73,11 @@ def test_a_cut_branch_lists_the_parameters_left_without_gradient():
     assert {"blocks.0.attn.qkv.weight", "blocks.0.attn.proj.bias", "blocks.0.ln1.weight"} <= missing
     assert r.first_divergence.module == "blocks.0"
     assert any("gradient on one side only" in line for line in cr.summary_lines(r))
+    s = summary(r)  # what port writes to gradients.json
+    assert s["verdict"] == "divergence" and s["first"] == "blocks.0"
+    assert [d["name"] for d in s["differ"] if d["culprit"]] == ["blocks.0"]
+    assert {"name": "blocks.0.attn.qkv.weight", "owner": "blocks.0.attn.qkv", "side": "target",
+            "why": "no gradient reached it"} in s["missing"]
 
 
 def test_the_loss_scale_is_said():

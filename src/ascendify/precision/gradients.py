@@ -560,13 +560,15 @@ def summary(result) -> dict[str, Any]:
     back = [n for n in result.nodes if n.phase == "backward"]
     if not back:
         return {"skipped": "no backward was run"}
-    from ascendify.precision.divergence import culprits, first_divergence
+    from ascendify.precision.divergence import culprits
 
-    cul = set(culprits(back))
+    # parents index the whole node list (forward nodes first): culprits over it, then the backward ones
+    cul = {id(result.nodes[i]) for i in culprits(result.nodes) if result.nodes[i].phase == "backward"}
     differ = [{"name": n.module if n.kind != "loss" else "(loss)", "call": n.name, "rel_l2": n.local_error,
-               "limit": n.limit, "culprit": i in cul, "why": "; ".join(n.reasons)}
-              for i, n in enumerate(back) if n.flagged]
-    fd = first_divergence(back)
+               "limit": n.limit, "culprit": id(n) in cul, "why": "; ".join(n.reasons)}
+              for n in back if n.flagged]
+    firsts = [n for n in back if id(n) in cul]
+    fd = min(firsts, key=lambda n: n.order) if firsts else None
     meta = result.meta.get("backward") or {}
     return {"verdict": "divergence" if differ or result.missing_grads else "match", "compared": len(back),
             "loss": meta.get("loss"), "golden_loss": meta.get("golden_loss"), "target_loss": meta.get("target_loss"),
