@@ -87,7 +87,7 @@ def main(argv=None) -> int:
             added.append(tb["runs"] - tf["runs"] + tb["backward_runs"] + tb["backward_checks"])
             last = got["backward"]
         assert last.verdict == "match", [n.name for n in last.flagged]
-        rerun = sum(1 for n in last.nodes if n.phase == "backward" and n.note is None)
+        rerun = sum(1 for n in last.nodes if n.phase == "backward" and n.kind != "loss" and n.note is None)
         pl = times["plain"]
         ratio_add = [x / p_ for x, p_ in zip(added, pl, strict=True)]
         ratio_b = [b / p_ for b, p_ in zip(times["backward"], pl, strict=True)]
@@ -97,7 +97,8 @@ def main(argv=None) -> int:
             backward_added=statistics.median(added),
             backward_added_ratio=statistics.median(ratio_add), backward_added_range=[min(ratio_add), max(ratio_add)],
             backward_total_ratio=statistics.median(ratio_b), backward_total_range=[min(ratio_b), max(ratio_b)],
-            forward_ratio=statistics.median(ratio_f), backward_calls=sum(1 for n in last.nodes if n.phase == "backward"),
+            forward_ratio=statistics.median(ratio_f),
+            backward_calls=sum(1 for n in last.nodes if n.phase == "backward" and n.kind != "loss"),
             backward_calls_rerun=rerun,
         )
         results[setting] = res

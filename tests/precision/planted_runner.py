@@ -88,9 +88,13 @@ def run_suite(setting: str, out: Path, golden: Path | None = None, cases=None) -
 
 def backward_suite(kw: dict) -> dict:
     """Lockstep with ``backward=True`` on every backward twin (``models.BACKWARD_TWINS``), in the setting ``kw``."""
+    import ascendify.emulator as emu
     from ascendify.precision import compare_models
     from ascendify.precision.gradients import default_loss
 
+    # the "cpu" suite runs in the pytest process: the emulated NPU, which later tests enable in this process, must
+    # exist before the first backward() (autograd sizes its device queues then)
+    emu.enable()
     M = _models()
     out = {}
     for name, (_g, _t, planted, scale) in M.BACKWARD_TWINS.items():

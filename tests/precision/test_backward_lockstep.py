@@ -4,6 +4,7 @@ under bf16 autocast (CPU here; the emulated NPU runs the same code path)."""
 
 from __future__ import annotations
 
+import copy
 import json
 
 import pytest
@@ -13,9 +14,18 @@ from precision_conftest import planted_models as M
 
 from ascendify.precision import compare_models
 from ascendify.precision import compare_report as cr
-from ascendify.precision.gradients import LossError, default_loss
+from ascendify.precision.gradients import LossError, default_loss, summary
 
 CASES = list(M.BACKWARD_TWINS)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _emulator_before_the_first_backward():
+    """These tests run backward() in the pytest process: the emulated NPU (which later tests enable in this
+    process) must exist before the first backward, or autograd can never run on it here (emulator docs)."""
+    import ascendify.emulator as emu
+
+    emu.enable()
 
 
 def _run(name: str, autocast=None):
@@ -63,6 +73,11 @@ def test_a_cut_branch_lists_the_parameters_left_without_gradient():
     assert {"blocks.0.attn.qkv.weight", "blocks.0.attn.proj.bias", "blocks.0.ln1.weight"} <= missing
     assert r.first_divergence.module == "blocks.0"
     assert any("gradient on one side only" in line for line in cr.summary_lines(r))
+    s = summary(r)  # what port writes to gradients.json
+    assert s["verdict"] == "divergence" and s["first"] == "blocks.0"
+    assert [d["name"] for d in s["differ"] if d["culprit"]] == ["blocks.0"]
+    assert {"name": "blocks.0.attn.qkv.weight", "owner": "blocks.0.attn.qkv", "side": "target",
+            "why": "no gradient reached it"} in s["missing"]
 
 
 def test_the_loss_scale_is_said():
@@ -113,3 +128,84 @@ def test_a_loss_that_is_not_a_scalar_is_a_clear_error_on_the_command_line(tmp_pa
     err = capsys.readouterr().err
     assert rc == 3 and "loss_fn must return a scalar tensor (one element)" in err and "(4, 16)" in err
     assert not (tmp_path / "o").exists()
+
+
+class _Trunk(torch.nn.Module):
+    """Returns its features and a pooling of them (as Hugging Face's ResNetModel does); BatchNorm in eval."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.bn = torch.nn.BatchNorm2d(8)
+
+    def forward(self, x):
+        h = torch.relu(self.bn(self.conv(x)))
+        return h, h.mean((2, 3))
+
+
+class _Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.trunk = _Trunk()
+        self.head = torch.nn.Linear(8, 3)
+
+    def forward(self, x):
+        return self.head(self.trunk(x)[1])  # the features themselves are not used outside the trunk
+
+
+class _HalvingHead(torch.nn.Linear):
+    """A head whose input gradient is halved by a hook: everything before it inherits a wrong gradient."""
+
+    def forward(self, x):
+        if x.requires_grad:
+            x.register_hook(lambda g: g * 0.5)
+        return super().forward(x)
+
+
+def test_an_output_used_inside_its_module_and_batchnorm_re_runs():
+    torch.manual_seed(0)
+    golden = _Net()
+    golden.trunk.bn.running_var.fill_(2.0)
+    target = copy.deepcopy(golden)
+    target.head.__class__ = _HalvingHead
+    r = compare_models(golden, target, torch.randn(2, 3, 8, 8), backward=True)
+    assert r.first_divergence.module == "head" and r.first_divergence.phase == "backward"
+    # the trunk received a wrong gradient, so it is re-run from the golden's: its own backward is right (its
+    # features' use inside it not counted twice, its BatchNorm statistics intact for the backward)
+    trunk = next(n for n in r.nodes if n.phase == "backward" and n.module == "trunk")
+    assert trunk.inputs["rel_l2"] > 0.1 and trunk.note is None
+    assert not trunk.flagged and trunk.local["rel_l2"] < 1e-6, trunk.reasons
+
+
+class _Cache:
+    """A key cache every layer appends to (as Hugging Face's DynamicCache)."""
+
+    def __init__(self):
+        self.keys = []
+
+
+class _CachedLayer(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 4)
+
+    def forward(self, x, cache):
+        cache.keys.append(self.fc(x))
+        return torch.stack(cache.keys).sum(0)
+
+
+class _CachedNet(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = _CachedLayer(), _CachedLayer()
+
+    def forward(self, x):
+        cache = _Cache()
+        return self.b(self.a(x, cache), cache)
+
+
+def test_a_cache_changed_by_each_call_is_re_run_as_the_call_saw_it():
+    torch.manual_seed(0)
+    net = _CachedNet()
+    r = compare_models(net, net, torch.randn(3, 4), backward=True, tolerance=1e-3)
+    assert r.verdict == "match", [(n.name, n.reasons) for n in r.flagged]

@@ -5,7 +5,8 @@ With ``compare_models(..., backward=True)`` both forward runs keep their autogra
 * every float tensor a module call receives passes through a *tap* (an identity autograd function that clones it
   and keeps the gradient flowing back through it): the gradient that call gives back to its inputs, its share
   only, even when the input is also used elsewhere (a residual);
-* every float tensor a module call returns gets a tensor hook: the gradient it receives (from all its users);
+* every float tensor a module call returns passes through a tap too: the gradient its users outside the call
+  give it (a tensor hook would also count a use inside the call);
 * one loss per side (``loss_fn(outputs)``, default the mean of the squared float outputs, computed in float32)
   and one ``backward()``; parameter gradients are collected and the models' own ``.grad`` restored after.
 
@@ -30,7 +31,6 @@ with respect to the golden outputs, compared, name a loss scale that was not und
 from __future__ import annotations
 
 import contextlib
-import functools
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -50,6 +50,9 @@ BACKWARD_FACTOR = 2.0
 # code check (the target's code in the golden setting, untrimmed, at the golden's limit) is what names a defect in
 # backward code there
 LOW_PRECISION_FACTOR = 4.0
+# a tensor's gradient error is measured against at least this share of its part of the call's whole gradient
+# (see _floor)
+FLOOR_SHARE = 0.1
 
 
 class LossError(ValueError):
@@ -96,18 +99,19 @@ def tap_inputs(args, kwargs, store: dict) -> tuple[tuple, dict, list[int]]:
     return a, k, tapped
 
 
-def _keep(store: dict, pos: int, g):
-    store[pos] = g.detach() if pos not in store else store[pos] + g.detach()
-
-
-def hook_outputs(out, store: dict) -> list:
-    """A hook on every output tensor that requires a gradient: ``store[position]`` receives its gradient. Returns
-    the hook handles (a module that returns a parameter would otherwise keep the hook after the comparison)."""
-    handles = []
-    for pos, t in enumerate(_tensors(out)):
-        if _wants_grad(t):
-            handles.append(t.register_hook(functools.partial(_keep, store, pos)))
-    return handles
+def tap_outputs(out, store: dict):
+    """``out`` with every tensor that requires a gradient passed through a tap: ``store[position]`` receives the
+    gradient its users outside the module give it (a tensor hook would also count a use inside the module: a
+    model that returns its last hidden state and a pooling of it)."""
+    flat, spec = tree_flatten(out)
+    pos, changed = -1, False
+    for i, x in enumerate(flat):
+        if isinstance(x, torch.Tensor):
+            pos += 1
+            if _wants_grad(x):
+                flat[i] = _Tap.apply(x, store, pos)
+                changed = True
+    return tree_unflatten(flat, spec) if changed else None
 
 
 def default_loss(out) -> torch.Tensor:
@@ -248,6 +252,15 @@ def _compare(t: _Grads, g: _Grads, cdt: str, where: str, trim: bool = False, fas
     worst, reasons, per = None, [], {}
     items = [(f"input {p}", t.inputs.get(p), g.inputs.get(p)) for p in sorted(set(t.inputs) | set(g.inputs))]
     items += [(f"parameter {n}", t.params.get(n), g.params.get(n)) for n in t.params]
+    # the call's whole golden gradient, for the floor below
+    sq = n_all = 0.0
+    for _, a, b in items:
+        if a is not None and b is not None:
+            v = float(torch.linalg.vector_norm(b.detach().float()))
+            if math.isfinite(v):
+                sq += v * v
+                n_all += b.numel()
+    rms_all = math.sqrt(sq / n_all) if n_all else 0.0
     for label, a, b in items:
         if a is None and b is None:
             continue
@@ -259,6 +272,7 @@ def _compare(t: _Grads, g: _Grads, cdt: str, where: str, trim: bool = False, fas
         m["of"] = label
         if trim and not fast and not m.get("shape_mismatch"):
             m["trimmed_rel_l2"] = metrics.trimmed_rel_l2(a.detach().float().cpu().reshape(b.shape), b)
+        _floor(m, a, b, rms_all)
         if label.startswith("parameter "):
             per[label[10:]] = m.get("rel_l2")
         if m.get("shape_mismatch"):
@@ -271,6 +285,24 @@ def _compare(t: _Grads, g: _Grads, cdt: str, where: str, trim: bool = False, fas
             worst = m
             worst["_pair"] = (a, b)
     return worst, reasons, per
+
+
+def _floor(m: dict[str, Any], a, b, rms_all: float) -> None:
+    """Relative errors against at least ``FLOOR_SHARE`` of the tensor's share of the call's whole gradient. A
+    gradient that is zero in exact arithmetic (an attention key's bias: softmax ignores a constant added to every
+    key) is rounding noise on both sides, and relative to itself any two noises differ by 100%."""
+    nb = float(torch.linalg.vector_norm(b.detach().float()))
+    floor = FLOOR_SHARE * rms_all * math.sqrt(b.numel())
+    if not (math.isfinite(nb) and floor > nb) or m.get("shape_mismatch"):
+        return
+    d = float(torch.linalg.vector_norm(a.detach().to("cpu", torch.float32).reshape(b.shape) - b.detach().float().cpu()))
+    if not math.isfinite(d):
+        return
+    m["floored"] = True
+    m["rel_l2"] = d / floor
+    if "trimmed_rel_l2" in m:
+        t = m["trimmed_rel_l2"]
+        m["trimmed_rel_l2"] = t * nb / floor if (nb > 0 and math.isfinite(t)) else d / floor
 
 
 def _strip(m: dict[str, Any] | None) -> dict[str, Any]:
@@ -293,27 +325,29 @@ def _rerun_backward(call, module, args, kwargs, gout: dict, want: list[int], ctx
                 leaves[pos] = flat[i]
     a, k = tree_unflatten(flat, spec)
     bufs = [(b, b.detach().clone()) for b in module.buffers()] if isinstance(module, torch.nn.Module) else []
+    res = _Grads()
     try:
         with torch.enable_grad(), ctx:
             out = module(*a, **k)
+        outs = _tensors(out)
+        sel, grads_out = [], []
+        for p, g in gout.items():
+            if p < len(outs) and _wants_grad(outs[p]):
+                o = outs[p]
+                sel.append(o)
+                grads_out.append(g.to(device=o.device, dtype=o.dtype).reshape(o.shape))
+        params = [(n, p) for n, p in _own_params(module) if p.requires_grad]
+        wrt = list(leaves.values()) + [p for _, p in params]
+        if sel and wrt:
+            got = torch.autograd.grad(sel, wrt, grads_out, allow_unused=True)
+        else:
+            got = [None] * len(wrt)
     finally:
+        # after the backward: an eval-mode BatchNorm saves its running statistics for it, and restoring them
+        # in place before would bump their version
         with torch.no_grad():
             for b, saved in bufs:
                 b.copy_(saved)
-    outs = _tensors(out)
-    sel, grads_out = [], []
-    for p, g in gout.items():
-        if p < len(outs) and _wants_grad(outs[p]):
-            o = outs[p]
-            sel.append(o)
-            grads_out.append(g.to(device=o.device, dtype=o.dtype).reshape(o.shape))
-    params = [(n, p) for n, p in _own_params(module) if p.requires_grad]
-    wrt = list(leaves.values()) + [p for _, p in params]
-    res = _Grads()
-    if sel and wrt:
-        got = torch.autograd.grad(sel, wrt, grads_out, allow_unused=True)
-    else:
-        got = [None] * len(wrt)
     for (p, _), g in zip(leaves.items(), got[: len(leaves)], strict=True):
         res.inputs[p] = g
     for (n, _), g in zip(params, got[len(leaves):], strict=True):
@@ -418,7 +452,8 @@ def backward_nodes(grec, trec, t2g: dict[int, int], fwd_nodes: list[NodeResult],
                 gl = _Grads(inputs={p: gc.gin.get(p) for p in want},
                             params={n: (gside.grads.get(id(gp)) if gp is not None else None) for n, _, gp in pairs})
             else:
-                gr = _rerun_backward(gc, gc.module, gc.args, gc.kwargs, gc.gout, want, contextlib.nullcontext())
+                gr = _rerun_backward(gc, gc.module, golden_in(gc.args, gc.args), golden_in(gc.kwargs, gc.kwargs),
+                                     gc.gout, want, contextlib.nullcontext())
                 gl = _Grads(inputs=gr.inputs, params={n: gr.params.get(gn) for (n, _, gp), gn in
                                                       zip(pairs, _golden_names(gc.module, pairs), strict=True)})
             loc, loc_reasons, per_local = _compare(tl, gl, cdt, "re-run on golden inputs and gradient", trim)
@@ -525,13 +560,15 @@ def summary(result) -> dict[str, Any]:
     back = [n for n in result.nodes if n.phase == "backward"]
     if not back:
         return {"skipped": "no backward was run"}
-    from ascendify.precision.divergence import culprits, first_divergence
+    from ascendify.precision.divergence import culprits
 
-    cul = set(culprits(back))
+    # parents index the whole node list (forward nodes first): culprits over it, then the backward ones
+    cul = {id(result.nodes[i]) for i in culprits(result.nodes) if result.nodes[i].phase == "backward"}
     differ = [{"name": n.module if n.kind != "loss" else "(loss)", "call": n.name, "rel_l2": n.local_error,
-               "limit": n.limit, "culprit": i in cul, "why": "; ".join(n.reasons)}
-              for i, n in enumerate(back) if n.flagged]
-    fd = first_divergence(back)
+               "limit": n.limit, "culprit": id(n) in cul, "why": "; ".join(n.reasons)}
+              for n in back if n.flagged]
+    firsts = [n for n in back if id(n) in cul]
+    fd = min(firsts, key=lambda n: n.order) if firsts else None
     meta = result.meta.get("backward") or {}
     return {"verdict": "divergence" if differ or result.missing_grads else "match", "compared": len(back),
             "loss": meta.get("loss"), "golden_loss": meta.get("golden_loss"), "target_loss": meta.get("target_loss"),

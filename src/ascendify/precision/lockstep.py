@@ -136,6 +136,46 @@ def _clone(obj):
     return tree_map(lambda x: x.detach().clone() if isinstance(x, torch.Tensor) else x, obj)
 
 
+_PLAIN = (int, float, bool, str, bytes, complex, type(None), torch.dtype, torch.device, torch.layout,
+          torch.memory_format, slice, type(Ellipsis))
+
+
+def _snap(x):
+    """A copy of a non-tensor argument that a call may change (a key/value cache appended to by every
+    attention call): each re-run must see it as the recorded call saw it. Plain values, modules and callables
+    are shared; tensors with autograd history inside the object are cloned detached (deepcopy refuses them);
+    an object that cannot be copied is shared."""
+    if isinstance(x, _PLAIN) or isinstance(x, torch.nn.Module) or callable(x) or isinstance(x, type):
+        return x
+    memo: dict = {}
+
+    def seed(o, depth: int) -> None:
+        if depth > 4:
+            return
+        if isinstance(o, torch.Tensor):
+            memo[id(o)] = o.detach().clone()
+        elif isinstance(o, (list, tuple)):
+            for e in o:
+                seed(e, depth + 1)
+        elif isinstance(o, dict):
+            for e in o.values():
+                seed(e, depth + 1)
+        elif hasattr(o, "__dict__") and not isinstance(o, _PLAIN):
+            for e in vars(o).values():
+                seed(e, depth + 1)
+
+    seed(x, 0)
+    try:
+        return copy.deepcopy(x, memo)
+    except Exception:  # noqa: BLE001 (whatever refuses to copy is shared, as before)
+        return x
+
+
+def _record(obj):
+    """A call's arguments as recorded: tensors cloned, objects it may change (a cache) copied."""
+    return tree_map(lambda x: x.detach().clone() if isinstance(x, torch.Tensor) else _snap(x), obj)
+
+
 def _short(path: str) -> str:
     try:
         rel = os.path.relpath(path)
@@ -183,7 +223,6 @@ class _Recorder:
         self.model = model
         self.level = level
         self.grads = grads  # backward: tap inputs and hook outputs (see gradients.py)
-        self.grad_hooks: list = []  # removed once the backward ran
         self.ended = 0
         self.calls: list[_Call] = []
         self.stack: list[int] = []
@@ -206,8 +245,8 @@ class _Recorder:
                 parent=parent,
                 call_index=n,
                 module=module,
-                args=_clone(args),
-                kwargs=_clone(kwargs),
+                args=_record(args),
+                kwargs=_record(kwargs),
                 source=_call_site(),
                 defined_at=_defined_at(module),
             )
@@ -229,9 +268,10 @@ class _Recorder:
             call.end = self.ended
             self.ended += 1
             if self.grads and torch.is_grad_enabled():
-                from ascendify.precision.gradients import hook_outputs
+                from ascendify.precision.gradients import tap_outputs
 
-                self.grad_hooks += hook_outputs(output, call.gout)
+                return tap_outputs(output, call.gout)
+        return None
 
     def record_api(self, func, args, kwargs, out):
         name = _api_name(func)
@@ -250,8 +290,8 @@ class _Recorder:
                 parent=owner_i,
                 call_index=n,
                 module=func,
-                args=_clone(args),
-                kwargs=_clone(kwargs),
+                args=_record(args),
+                kwargs=_record(kwargs),
                 out=_clone(out),
                 source=_call_site(),
                 end=self.ended,
@@ -358,9 +398,11 @@ def _golden_tensors_in(target_obj, golden_obj):
     g = _tensors(golden_obj)
     flat, spec = tree_flatten(target_obj)
     if sum(isinstance(x, torch.Tensor) for x in flat) != len(g):
-        return _clone(golden_obj)
+        return _record(golden_obj)
     it = iter(g)
-    return tree_unflatten([next(it).detach().clone() if isinstance(x, torch.Tensor) else x for x in flat], spec)
+    # non-tensor arguments copied again: the re-run may change them (a cache) and the next re-run needs them intact
+    return tree_unflatten([next(it).detach().clone() if isinstance(x, torch.Tensor) else _snap(x) for x in flat],
+                          spec)
 
 
 def _rerun(call: _Call, module, args, kwargs, ctx):
@@ -520,22 +562,14 @@ def compare_models(
                 with _Recorder(golden, level, grads=True).active() as grec:
                     g_live = golden(*g_in, **g_kw)
                 lap("runs")
-                try:
-                    gside = gradients.run_backward(golden, gradients.check_loss(g_loss_fn(g_live), "golden"))
-                finally:
-                    for h in grec.grad_hooks:
-                        h.remove()
+                gside = gradients.run_backward(golden, gradients.check_loss(g_loss_fn(g_live), "golden"))
                 lap("backward_runs")
                 g_out = _clone(g_live)
                 del g_live
                 with _Recorder(target, level, grads=True).active() as trec, t_ctx():
                     t_live = target(*t_in, **t_kw)
                 lap("runs")
-                try:
-                    tside = gradients.run_backward(target, gradients.check_loss(t_loss_fn(t_live), "target"))
-                finally:
-                    for h in trec.grad_hooks:
-                        h.remove()
+                tside = gradients.run_backward(target, gradients.check_loss(t_loss_fn(t_live), "target"))
                 lap("backward_runs")
                 t_out = _clone(t_live)
                 del t_live
