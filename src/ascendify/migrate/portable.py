@@ -41,6 +41,7 @@ def accel_available(torch: str = "torch") -> str:
 HELPER_MARK = "ascendify:"
 HOST_EVENT = "HostEvent"
 VARLEN_ATTENTION = "varlen_attention"
+NPU_CAUSAL_MASK = "npu_causal_mask"
 _HELPERS: dict[str, list[str]] = {
     HOST_EVENT: [
         "class HostEvent:",
@@ -65,6 +66,18 @@ _HELPERS: dict[str, list[str]] = {
         "",
         "    def wait(self, stream=None):",
         "        pass",
+    ],
+    # the mask of torch_npu's causal sparse modes, made once per device (ASC608, ASC609; --to npu)
+    NPU_CAUSAL_MASK: [
+        "def npu_causal_mask(device):",
+        '    """ascendify: the 2048x2048 mask (True = masked out) of npu_fusion_attention\'s causal modes."""',
+        "    import torch",
+        "",
+        '    masks = npu_causal_mask.__dict__.setdefault("masks", {})',
+        "    if device not in masks:",
+        "        ones = torch.ones(2048, 2048, dtype=torch.bool, device=device)",
+        "        masks[device] = torch.triu(ones, diagonal=1)",
+        "    return masks[device]",
     ],
     # flash_attn_varlen_func on packed (tokens, heads, dim) inputs: one SDPA call per sequence (ASC608)
     VARLEN_ATTENTION: [

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 
 from .. import portable
 from ..model import MANUAL
+from ..portable import NPU_CAUSAL_MASK as NPU_CAUSAL_MASK_HELPER
+from ..portable import helper_source
 from .base import NPU, PORTABLE, SAFE, Example, rule
 
 FA = "torch_npu.npu_fusion_attention"
@@ -198,7 +200,8 @@ def npu_text(ctx, a: Attention) -> str:
     if a.bias is not None:
         raise Unmappable("an additive attention bias")  # handled by the caller (SDPA spelling)
     if a.causal is not None:
-        mask = NPU_CAUSAL_MASK.format(torch=torch, dev=dev)
+        helper = ctx.helper(portable.NPU_CAUSAL_MASK)  # made once per device, not at every call
+        mask = f"{helper}({dev})" if helper else NPU_CAUSAL_MASK.format(torch=torch, dev=dev)
         mode = "3" if a.align == "bottom-right" else "2"
         if a.causal is True:
             kw += [f"atten_mask={mask}"]
@@ -346,7 +349,9 @@ def unmappable(ctx, call: ast.Call, api: str, reason: str) -> None:
       `max_seqlen_*` are not needed). `softmax_scale` becomes `scale` (torch_npu's default is 1.0, so the
       default 1/sqrt(head dim) is written out: `q.shape[-1] ** -0.5`); `dropout_p` becomes `keep_prob=1 - p`;
       `causal=True` becomes `atten_mask=` a 2048x2048 upper-triangular bool mask with `sparse_mode=3`
-      (bottom-right aligned, as flash-attn >= 2.1 aligns it; torch_npu derives the real mask from it).
+      (bottom-right aligned, as flash-attn >= 2.1 aligns it; torch_npu derives the real mask from it);
+      the mask comes from `npu_causal_mask(q.device)`, a small function the output defines once after its
+      imports, which makes it once per device (not at every call of every layer).
       The packed inputs are split with `unbind(2)`; GQA (fewer key/value heads) is native.
     - `--to portable`: `F.scaled_dot_product_attention` on `(B, N, S, D)` views (`transpose(1, 2)` in and
       out, `.contiguous()` like flash-attn's output), `enable_gqa` where the key heads differ,
@@ -371,9 +376,8 @@ def unmappable(ctx, call: ast.Call, api: str, reason: str) -> None:
     `out = flash_attn_func(q, k, v, dropout_p=0.1, causal=True)`
 
     ## Use instead
-    `out = torch_npu.npu_fusion_attention(q, k, v, q.shape[2], "BSND", atten_mask=torch.triu(torch.ones(2048,
-    2048, dtype=torch.bool, device=q.device), diagonal=1), scale=q.shape[-1] ** -0.5, keep_prob=1 - 0.1,
-    sparse_mode=3)[0]`
+    `out = torch_npu.npu_fusion_attention(q, k, v, q.shape[2], "BSND", atten_mask=npu_causal_mask(q.device),
+    scale=q.shape[-1] ** -0.5, keep_prob=1 - 0.1, sparse_mode=3)[0]`
 
     ## Fix safety
     Safe: same shapes, same values within the dtype's rounding (the tests run both). Inputs that the rewrite
@@ -382,9 +386,11 @@ def unmappable(ctx, call: ast.Call, api: str, reason: str) -> None:
     examples=[
         Example(
             "from flash_attn import flash_attn_func\nimport torch\nout = flash_attn_func(q, k, v, causal=True)\n",
-            "import torch\nimport torch_npu\nout = torch_npu.npu_fusion_attention(q, k, v, q.shape[2], \"BSND\", "
-            "atten_mask=torch.triu(torch.ones(2048, 2048, dtype=torch.bool, device=q.device), diagonal=1), "
-            "scale=q.shape[-1] ** -0.5, sparse_mode=3)[0]\n",
+            "import torch\nimport torch_npu\n\n\n" + helper_source(NPU_CAUSAL_MASK_HELPER) + "\n\n"
+            "out = torch_npu.npu_fusion_attention(q, k, v, q.shape[2], \"BSND\",\n"
+            "                                     atten_mask=npu_causal_mask(q.device),\n"
+            "                                     scale=q.shape[-1] ** -0.5,\n"
+            "                                     sparse_mode=3)[0]\n",
         ),
         Example(
             "from flash_attn import flash_attn_func\nimport torch.nn.functional as F\n"
