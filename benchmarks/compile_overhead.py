@@ -6,7 +6,7 @@ inductor on the CPU, CPU inductor on the npu memory on the emulated NPU), traine
 (compilation included), rounds alternate the two devices, ``--steps`` steps each; the ratio of the emulated
 step time to the CPU's is printed per round, then the median and spread (aim <= 1.3x).
 
-    python benchmarks/compile_overhead.py [--steps 20] [--rounds 7] [--width 128] [--json FILE]
+    python benchmarks/compile_overhead.py [--steps 20] [--rounds 7] [--width 128] [--threads 1] [--json FILE]
 
 The figures are the host's: on a machine loaded by other work the spread says how far to trust them.
 """
@@ -60,6 +60,7 @@ def main() -> None:
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--seq", type=int, default=64)
+    ap.add_argument("--threads", type=int, default=1, help="intra-op threads (1: steady on a shared machine)")
     ap.add_argument("--json", default=None)
     a = ap.parse_args()
 
@@ -68,6 +69,7 @@ def main() -> None:
     emu.enable()  # before any backward of the process
     import torch
 
+    torch.set_num_threads(a.threads)
     vocab = 256
     g = torch.Generator().manual_seed(1)
     data = torch.randint(0, vocab, (a.batch, a.seq + 1), generator=g)

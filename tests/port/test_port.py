@@ -252,8 +252,11 @@ def test_a_compiled_trainer_compiles_on_both_sides_and_lockstep_runs_the_eager_m
     g, t = (train["facts"]["runs"][s]["history"]["loss"] for s in ("golden", "target"))
     assert len(g) == 2 and g == pytest.approx(t, rel=1e-4)
     assert not train["facts"]["runs"]["target"]["random_draws_on_device"]  # inductor's own draws are not the program's
+    gm = train["facts"]["runs"]["target"]["emulator"]["graph_mode"]
+    assert gm["compiled_graphs"] == 2 and gm["graph_breaks"] == 0 and gm["recompiles"] == 0  # forward, backward
     compare = _step(data, "compare")
     ls = compare["facts"]["lockstep"]
     assert ls["verdict"] == "match" and "eager model" in ls["eager_model"] and "OptimizedModule" in ls["eager_model"]
     assert "on the eager model" in compare["headline"]
-    assert "lockstep runs the eager model" in (rep / "report.html").read_text()
+    html = (rep / "report.html").read_text()
+    assert "lockstep runs the eager model" in html and "torch.compile: graphs compiled" in html

@@ -300,6 +300,15 @@ def _train(sec, res, result) -> None:
                 "rejected": emu.get("rejected"), "APIs unsupported on every chip": emu.get("unsupported_apis"),
                 "float64 events": emu.get("float64_events"), "fp16 overflow events": emu.get("fp16_overflow_events"),
                 "peak device memory": report.format_bytes(emu.get("peak_memory_bytes") or 0)})
+        gm = emu.get("graph_mode")
+        if gm:  # torch.compile on the emulated NPU
+            about = gm.get("recompile_loop") or gm.get("first_recompile") or {}
+            sub.kv({"torch.compile: graphs compiled": gm.get("compiled_graphs"),
+                    "graph breaks" + (" (a storm)" if gm.get("break_storm") else ""): gm.get("graph_breaks"),
+                    "first graph break": gm.get("first_graph_break"),
+                    "recompilations": gm.get("recompiles"),
+                    "recompile loop" if gm.get("recompile_loop") else "first recompilation":
+                        f"{about['function']}: {about['reason']}" if about else None})
     g = runs.get("golden", {})
     if "redirected" in g:
         sec.kv({"CUDA APIs redirected to the CPU (ascendify run)": g.get("redirected"),

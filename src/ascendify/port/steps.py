@@ -589,6 +589,11 @@ def read_train(ctx: Context, jobs: list[Job]) -> StepResult:
             "float64_events": _count(emu.get("float64_events")),
             "fp16_overflow_events": _count(emu.get("fp16_overflow_events")),
             "peak_memory_bytes": emu.get("peak_memory_bytes")}
+        gm = emu.get("graph_mode")
+        if gm:  # torch.compile on the emulated NPU: graphs, breaks and recompilations with their first cause
+            runs["target"]["emulator"]["graph_mode"] = {k: gm.get(k) for k in (
+                "compiled_graphs", "graph_breaks", "first_graph_break", "break_storm", "recompiles",
+                "first_recompile", "recompile_loop")}
         res.files.append(ctx.rel(ctx.runs / "target" / "emulate.json"))
     redir = _load_json(ctx.runs / "golden" / "run.json")
     if redir is not None and "golden" in runs:
