@@ -39,3 +39,11 @@ def test_a_file_naming_no_cuda_api_is_still_read(tmp_path):
     assert cli.main(["migrate", str(tmp_path / "p"), "--report", str(tmp_path / "r"), "-q"]) == 0
     files = json.loads((tmp_path / "r" / "report.json").read_text())["files"]
     assert [f["rule"] for f in files[0]["findings"]] == ["ASC620"]
+
+
+def test_xformers_swiglu_gets_mlp_advice_not_attention_advice():
+    # TinyLlama imports xformers' SwiGLU: the generic xformers tip (SDPA) pointed at the wrong kernel
+    _, result = migrate_source(b"from xformers.ops import SwiGLU\nmlp = SwiGLU(64, 128)\n", Options(target="npu"))
+    rows = [f for f in result.findings if f.rule == "ASC604"]
+    assert len(rows) == 2 and all("SwiGLU" in f.message and "npu_swiglu" in f.tip for f in rows)
+    assert all("scaled_dot_product_attention" not in f.tip for f in rows)

@@ -102,7 +102,16 @@ _CUDA_SORT_KEYS = frozenset({"cuda_time_total", "self_cuda_time_total", "cuda_ti
                              "cuda_memory_usage", "self_cuda_memory_usage"})
 
 
-def _lib_rule(id, name, summary, prefixes, reason, tip, why, example, instead, exclude=(), describe=None):
+def _lib_rule(id, name, summary, prefixes, reason, tip, why, example, instead, exclude=(), describe=None,
+              specific=None):
+    """``specific``: ``{dotted name: (reason, tip)}`` for the library's APIs whose NPU path is not the
+    library's general one (xformers' ``SwiGLU`` is an MLP, not attention)."""
+    specific = specific or {}
+
+    def said(q: str) -> tuple[str, str]:
+        hit = max((k for k in specific if q == k or q.startswith(k + ".")), key=len, default=None)
+        return specific[hit] if hit else (reason, tip)
+
     doc = f"""
     ## What it does
     Lists imports and uses of {summary}.
@@ -127,7 +136,9 @@ def _lib_rule(id, name, summary, prefixes, reason, tip, why, example, instead, e
             mods = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
             for m in mods:
                 if any(m == p or m.startswith(p + ".") for p in prefixes):
-                    ctx.report(node, api=m, severity=UNSUPPORTED, reason=reason, tip=tip)
+                    names = [f"{m}.{a.name}" for a in node.names] if isinstance(node, ast.ImportFrom) else [m]
+                    r, t = said(names[0]) if len(names) == 1 else (reason, tip)
+                    ctx.report(node, api=m, severity=UNSUPPORTED, reason=r, tip=t)
                     return
             return
         q = ctx.qname(node)
@@ -148,7 +159,8 @@ def _lib_rule(id, name, summary, prefixes, reason, tip, why, example, instead, e
         elif fn is not None and _decorated_by(ctx, fn, prefixes):
             return  # inside a kernel: the kernel's row covers it
         else:
-            ctx.report(node, api=q, severity=UNSUPPORTED, reason=reason, tip=tip)
+            r, t = said(q)
+            ctx.report(node, api=q, severity=UNSUPPORTED, reason=r, tip=t)
 
     return check
 
@@ -174,6 +186,15 @@ _lib_rule(
     "use torch.nn.functional.scaled_dot_product_attention (fused on Ascend)",
     "xformers ships CUDA kernels only.",
     "import xformers.ops as xops", "`F.scaled_dot_product_attention`.",
+    specific={
+        "xformers.ops.SwiGLU": (
+            "xformers' fused SwiGLU MLP (w12 -> silu-gate -> w3) is a CUDA kernel",
+            "use an nn.Module doing w3(F.silu(x @ w1) * (x @ w2)) (torch_npu.npu_swiglu fuses the gate on Ascend); "
+            "keep the parameter names w12/w3 if checkpoints must load"),
+        "xformers.ops.swiglu": (
+            "xformers' fused swiglu function is a CUDA kernel",
+            "use F.silu(x @ w1.T + b1) * (x @ w2.T + b2) @ w3.T + b3 (torch_npu.npu_swiglu for the gate on Ascend)"),
+    },
 )
 _lib_rule(
     "ASC605", "bitsandbytes", "the `bitsandbytes` package", ("bitsandbytes",),
