@@ -72,10 +72,10 @@ def test_compiled_cuda_trainer_gives_plain_cpu_compiled_losses_under_run_and_mig
     # migrated (ascendify migrate --to npu), then on the emulated npu (ascendify emulate): the same losses
     mig = run_cmd([PYTHON, "-m", "ascendify", "migrate", str(script), "-o", str(tmp_path / "npu"), "--to", "npu"])
     assert mig.returncode in (0, 1), mig.stderr[-3000:]
-    # (the script's own switch names the device: migrate rewrites its `dev == "cuda"` test but not the
-    # environment default "cuda", so the migrated copy is told "npu")
+    # the script's device comes from os.environ.get("COMPILED_GPT_DEVICE", "cuda"): migrate rewrites that default
+    assert 'os.environ.get("COMPILED_GPT_DEVICE", "npu")' in (tmp_path / "npu" / script.name).read_text()
     emu = run_cmd([PYTHON, "-m", "ascendify", "emulate", "--", PYTHON, str(tmp_path / "npu" / script.name)],
-                  env={**env, "COMPILED_GPT_DEVICE": "npu"}, timeout=600)
+                  env={**env, "COMPILED_GPT_DEVICE": None}, timeout=600)
     assert emu.returncode == 0, emu.stderr[-3000:] + emu.stdout[-3000:]
     have = last_json(emu.stdout)
     assert have["device"] == "npu:0" and have["props"] == "Ascend910B3"  # torch.npu.get_device_properties

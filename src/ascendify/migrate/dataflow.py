@@ -44,8 +44,15 @@ def is_backend_name(name: str) -> bool:
 
 
 def leaves(expr: ast.AST) -> Iterator[ast.AST]:
-    """The value-producing leaves of ``a if c else b`` / ``a or b`` (the test is not a value)."""
-    if isinstance(expr, ast.IfExp):
+    """The value-producing leaves of ``a if c else b`` / ``a or b`` (the test is not a value), and the default of
+    ``os.environ.get(KEY, "cuda")`` / ``os.getenv(KEY, "cuda")`` (the value when the variable is unset)."""
+    if isinstance(expr, ast.Call) and _env_lookup(expr):
+        yield expr
+        default = expr.args[1] if len(expr.args) > 1 else next(
+            (k.value for k in expr.keywords if k.arg == "default"), None)
+        if default is not None:
+            yield from leaves(default)
+    elif isinstance(expr, ast.IfExp):
         yield from leaves(expr.body)
         yield from leaves(expr.orelse)
     elif isinstance(expr, ast.BoolOp):
@@ -53,6 +60,19 @@ def leaves(expr: ast.AST) -> Iterator[ast.AST]:
             yield from leaves(v)
     else:
         yield expr
+
+
+def _env_lookup(call: ast.Call) -> bool:
+    f = call.func
+    if isinstance(f, ast.Name):
+        return f.id == "getenv"
+    if not isinstance(f, ast.Attribute):
+        return False
+    if f.attr == "getenv":
+        return isinstance(f.value, ast.Name) and f.value.id == "os"
+    base = f.value
+    return f.attr == "get" and (isinstance(base, ast.Name) and base.id == "environ" or isinstance(
+        base, ast.Attribute) and base.attr == "environ" and isinstance(base.value, ast.Name) and base.value.id == "os")
 
 
 class Roles:

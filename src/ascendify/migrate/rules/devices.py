@@ -206,7 +206,8 @@ _FSTR_HEAD = re.compile(r"^([rRbBuU]?[fF][rR]?)(['\"]{1,3})cuda:")
     Rewrites device strings where they are used as a device: arguments of device-taking APIs (`.to()`,
     `torch.device()`, `device=`, `device_type=`, `map_location=` values), and values that flow there through a
     variable (`device = "cuda"` ... `x.to(device)`), an attribute (`self.device = "cuda"`), an argparse default
-    (`add_argument("--device", default="cuda")`), a parameter default (`def f(device="cuda")`), the return value
+    (`add_argument("--device", default="cuda")`), an environment default (`os.environ.get("DEVICE", "cuda")`),
+    a parameter default (`def f(device="cuda")`), the return value
     of a function named for devices, and f-strings such as `f"cuda:{local_rank}"`. Integer device ids in
     `device=N` and `.to(N)` (a CUDA device index in CUDA code) become explicit devices.
 
@@ -234,6 +235,9 @@ _FSTR_HEAD = re.compile(r"^([rRbBuU]?[fF][rR]?)(['\"]{1,3})cuda:")
             'import torch\nimport torch_npu\ndevice = "npu"\nx = torch.zeros(2, device=device)\n',
         ),
         Example('p.add_argument("--device", default="cuda")\n', 'p.add_argument("--device", default="npu")\n'),
+        Example('import os\nimport torch\ndev = os.environ.get("DEVICE", "cuda")\nx = torch.zeros(2, device=dev)\n',
+                'import os\nimport torch\nimport torch_npu\ndev = os.environ.get("DEVICE", "npu")\n'
+                'x = torch.zeros(2, device=dev)\n'),
         Example('x = y.to(f"cuda:{rank}")\n', 'x = y.to(f"npu:{rank}")\n'),
         Example(
             'import torch\nsd = torch.load("ckpt_cuda.pt", map_location={"cuda:0": "cuda:1"})\n',
