@@ -131,3 +131,13 @@ def autocast_entries() -> list[tuple[str, OpPolicy]]:
 def no_npu_kernel() -> frozenset[str]:
     """The ops with no NPU kernel in torch_npu."""
     return frozenset(name for name, p in table().items() if p.no_npu_kernel)
+
+
+# NPU graphs (api/npu/graphs.py): ops a capture refuses because they synchronise the host with the device
+# (a result read back, or a shape that depends on the data), and the copies that do so when they go to the CPU
+GRAPH_DATA_DEPENDENT = frozenset({
+    "nonzero", "nonzero_static", "masked_select", "unique", "_unique", "_unique2", "unique_dim",
+    "unique_consecutive", "repeat_interleave", "_local_scalar_dense", "is_nonzero", "equal",
+    "nonzero_numpy", "argwhere",
+})
+GRAPH_DEVICE_COPIES = frozenset({"_to_copy", "copy_", "to"})

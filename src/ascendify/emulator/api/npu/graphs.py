@@ -24,14 +24,12 @@ from __future__ import annotations
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from ascendify.emulator.ops.table import GRAPH_DATA_DEPENDENT as _DATA_DEPENDENT
+from ascendify.emulator.ops.table import GRAPH_DEVICE_COPIES
+
 _capturing = [0]
 _aten = torch.ops.aten
 #: ops whose output shape depends on the data: the host must read the device to size the result
-_DATA_DEPENDENT = frozenset({
-    "nonzero", "nonzero_static", "masked_select", "unique", "_unique", "_unique2", "unique_dim",
-    "unique_consecutive", "repeat_interleave", "_local_scalar_dense", "is_nonzero", "equal",
-    "nonzero_numpy", "argwhere",
-})
 
 
 def capturing() -> bool:
@@ -78,7 +76,7 @@ class _Recorder(TorchDispatchMode):
             raise GraphCaptureError(
                 f"{what} ({func}) cannot be captured in an NPU graph: it synchronises the host with the device "
                 "(the result is read back or its shape depends on the data); move it out of the captured region")
-        if name in ("_to_copy", "copy_", "to") and _has_npu((args, kwargs)):
+        if name in GRAPH_DEVICE_COPIES and _has_npu((args, kwargs)):
             dst = kwargs.get("device") if name != "copy_" else args[0].device
             if dst is not None and torch.device(dst).type == "cpu":
                 raise GraphCaptureError(
