@@ -55,8 +55,6 @@ MODES = ("warn", "error")
 FLOAT64_MODES = ("allow", "warn", "error")
 OVERFLOW_MODES = ("off", "warn", "error")
 FLOAT_OVERFLOW_MODES = ("inf_nan", "saturation")
-# chips that only saturate (Atlas training series, the 910A family): CANN ignores INF_NAN_MODE_ENABLE there
-SATURATION_ONLY = ("Ascend910A", "Ascend910ProA", "Ascend910ProB", "Ascend910PremiumA")
 _SUFFIX = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
@@ -158,6 +156,22 @@ class Settings:
         return s
 
 
+def chip_family(device_name: str) -> str:
+    """The Ascend product family of a SoC name, the one vocabulary of every per-chip rule (HCCL's, the fused
+    operators', the overflow mode): ``A1`` (Atlas training series, 910A/910ProA...), ``A2`` (910B), ``A3``
+    (910_93), ``A5`` (950), ``310P`` (Atlas inference series), else ``other``.
+
+    >>> [chip_family(n) for n in ("Ascend910B3", "Ascend910_9391", "Ascend910ProA", "Ascend950PR", "Ascend310P3")]
+    ['A2', 'A3', 'A1', 'A5', '310P']
+    """
+    name = device_name.replace(" ", "")
+    for prefix, family in (("Ascend950", "A5"), ("Ascend910_93", "A3"), ("Ascend910B", "A2"), ("Ascend910", "A1"),
+                           ("Ascend310P", "310P")):
+        if name.startswith(prefix):
+            return family
+    return "other"
+
+
 def overflow_mode_for(device_name: str, env: Mapping[str, str]) -> str:
     """CANN's overflow mode on ``device_name`` under ``env`` (torch_npu's ``INF_NAN_MODE_ENABLE``, default 1; on
     Atlas A2/A3 a 0 takes effect only with ``INF_NAN_MODE_FORCE_DISABLE=1``; Atlas training series chips only
@@ -168,7 +182,7 @@ def overflow_mode_for(device_name: str, env: Mapping[str, str]) -> str:
     >>> overflow_mode_for("Ascend910B3", {"INF_NAN_MODE_ENABLE": "0", "INF_NAN_MODE_FORCE_DISABLE": "1"})
     'saturation'
     """
-    if device_name.startswith(SATURATION_ONLY):
+    if chip_family(device_name) == "A1":  # the training series only saturates
         return "saturation"
     if env.get("INF_NAN_MODE_ENABLE", "1").strip() == "0" and env.get("INF_NAN_MODE_FORCE_DISABLE", "").strip() == "1":
         return "saturation"

@@ -49,16 +49,10 @@ _FUNCTIONS = {
 
 def chip_series(device_name: str) -> str:
     """The chip series of the rule table (``A1`` training series, ``A2``, ``A3``, ``A5``) for a SoC name."""
-    name = device_name.strip()
-    if name.startswith("Ascend950"):
-        return "A5"
-    if name.startswith("Ascend910_93"):
-        return "A3"
-    if name.startswith("Ascend910B"):
-        return "A2"
-    if name.startswith("Ascend910"):
-        return "A1"
-    return "other"
+    from ascendify.emulator.settings import chip_family
+
+    family = chip_family(device_name)
+    return family if family in ("A1", "A2", "A3", "A5") else "other"
 
 
 def cann_key(version: str) -> tuple:

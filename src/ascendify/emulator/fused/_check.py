@@ -45,19 +45,12 @@ def same_device(op: str, first: torch.Tensor, **others) -> None:
 
 def chip() -> str:
     """The emulated chip's product family from ``settings.device_name``: ``A2``, ``A3``, ``training`` (Atlas
-    training series, 910A) or ``inference`` (Atlas inference series, 310P)."""
+    training series, 910A) or ``inference`` (Atlas inference series, 310P); other names count as A2."""
     from ascendify.emulator import runtime
+    from ascendify.emulator.settings import chip_family
 
-    name = runtime.settings.device_name.replace(" ", "")
-    if name.startswith("Ascend910_93"):
-        return "A3"
-    if name.startswith("Ascend910B"):
-        return "A2"
-    if name.startswith("Ascend310P"):
-        return "inference"
-    if name.startswith("Ascend910"):
-        return "training"
-    return "A2"
+    family = chip_family(runtime.settings.device_name)
+    return {"A1": "training", "310P": "inference", "A3": "A3"}.get(family, "A2")
 
 
 _FAMILY_NAMES = {"A2": "Atlas A2 training/inference series", "A3": "Atlas A3 training/inference series",
