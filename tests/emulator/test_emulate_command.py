@@ -125,3 +125,16 @@ def test_bad_settings_are_usage_errors_not_tracebacks(tmp_path, monkeypatch, cap
     out = capsys.readouterr()
     assert says in out.err and "Traceback" not in out.err and "ran" not in out.out
     assert {k: v for k, v in os.environ.items() if k.startswith("ASCENDIFY_EMULATE")} == before
+
+
+@pytest.mark.parametrize("value, says", [("abc", "not a number of seconds: 'abc'"),
+                                         ("-5", "must be 0 (no limit) or more seconds")])
+def test_a_bad_collective_timeout_is_a_usage_error(tmp_path, capsys, value, says):
+    from ascendify import cli
+
+    script = tmp_path / "prog.py"
+    script.write_text("print('ran')\n")
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["emulate", "--collective-timeout", value, str(script)])
+    out = capsys.readouterr()
+    assert exc.value.code == 2 and says in out.err and "ran" not in out.out

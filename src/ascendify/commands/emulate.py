@@ -42,12 +42,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-check-collectives", dest="check_collectives", action="store_false",
                    help="do not compare the ranks' collectives (on by default: ranks out of step stop with one "
                         "message naming the ranks, calls and lines)")
-    p.add_argument("--collective-timeout", metavar="SECONDS",
+    p.add_argument("--collective-timeout", metavar="SECONDS", type=_seconds,
                    help="how long a rank may wait in a collective a peer has not reached (default 10; 0: no limit)")
     p.add_argument("-m", dest="module_args", nargs=argparse.REMAINDER, metavar="MODULE ...",
                    help="run a library module as a script (like python -m); what follows are its arguments")
     p.add_argument("program", nargs=argparse.REMAINDER, metavar="PROGRAM",
                    help="SCRIPT ARGS | python [OPTS] SCRIPT ARGS | python -m MODULE ARGS | torchrun [OPTS] SCRIPT ARGS")
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be 0 (no limit) or more seconds, not {text}")
+    return value
 
 
 def _settings_env(args: argparse.Namespace) -> dict[str, str]:
