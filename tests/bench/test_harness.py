@@ -153,7 +153,6 @@ def test_compile_reports_compile_time_apart_and_the_speedup_over_eager(request, 
     assert rec.compile and rec.compile_backend == "inductor"  # the emulated npu compiles with inductor too
     assert len(rec.step_ms_warmup) == 1  # --warmup 0 still compiles outside the timed steps
     assert 0 < rec.compile_ms < rec.step_ms_warmup[0]
-    assert rec.compile_ms > 20 * rec.latency_ms["p50"]  # compilation, not a step
     assert rec.eager_throughput > 0 and rec.compile_speedup == pytest.approx(rec.throughput / rec.eager_throughput)
     line = output.compile_line(rec.to_dict())
     assert "compile" in line and "against eager" in line and f"{rec.compile_speedup:.2f}x" in line

@@ -49,24 +49,28 @@ def initial_seed(index: int) -> int:
     return _initial_seed[index]
 
 
-# ``torch.npu.get_rng_state()`` has the NPU's shape: 16 bytes, a uint64 seed then a uint64 offset (torch_npu's
-# generator is Philox-based, like CUDA's), which DTensor's RNG tracker reads and writes (``_PhiloxState``: a
-# shard's random init sets the offset, draws, then moves it on). The engine underneath stays the CPU's
-# Mersenne Twister: a state this device handed out is restored exactly (its engine state is kept under its
-# (seed, offset), the last SNAPSHOTS of them); an offset never handed out (DTensor's arithmetic) seeds the
-# engine from (seed, offset), so the stream is a function of the pair, as with Philox. A Mersenne Twister
-# state (5056 bytes, an older checkpoint) is still accepted.
+# DTensor's RNG tracker reads the device state as Philox's (16 bytes: a uint64 seed, then a uint64 offset, the
+# shape of torch_npu's state), moves the offset to give each shard its own stream, and sets it back
+# (``_PhiloxState``). ``torch.npu.get_rng_state()`` hands DTensor that shape (``get_philox_state``) and everyone
+# else the engine's own state (a Mersenne Twister's, which restores exactly in any process and keeps the npu
+# stream equal to the CPU's from the same seed). A Philox-shaped state this device handed out restores its engine
+# exactly (kept under its (seed, offset), the last SNAPSHOTS of them); an offset never handed out (the tracker's
+# arithmetic) seeds the engine from (seed, offset): the stream is a function of the pair, as with Philox.
 _STATE_BYTES = 16
 SNAPSHOTS = 256
 _offsets: dict[int, int] = {}
 _snapshots: dict[tuple[int, int, int], torch.Tensor] = {}
 
 
+def get_state(index: int) -> torch.Tensor:
+    return generator(index).get_state()
+
+
 def _pack(seed: int, offset: int) -> torch.Tensor:
     return torch.tensor([seed & 0xFFFF_FFFF_FFFF_FFFF, offset], dtype=torch.uint64).view(torch.uint8).clone()
 
 
-def get_state(index: int) -> torch.Tensor:
+def get_philox_state(index: int) -> torch.Tensor:
     g = generator(index)
     engine = g.get_state()
     seed = _initial_seed[index]
@@ -88,7 +92,7 @@ def set_state(state: torch.Tensor, index: int) -> None:
     state = state.cpu()
     g = generator(index)
     if state.numel() != _STATE_BYTES:
-        g.set_state(state)  # a Mersenne Twister state (an older checkpoint)
+        g.set_state(state)  # the engine's own state
         return
     seed, offset = (int(v) for v in state.contiguous().view(torch.uint64).tolist())
     seed &= 0xFFFF_FFFF_FFFF_FFFF
