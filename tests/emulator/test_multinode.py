@@ -21,10 +21,9 @@ from ascendify.emulator.distributed import hccl, ranktable
 
 WORKER = Path(__file__).resolve().parent / "multinode_worker.py"
 
-# Multi-process tests are expensive on the 2-core CI machine: the two-agent launch runs by default, the other
-# launches with ASCENDIFY_TEST_SLOW_DIST=1 (their logic is also covered in-process below).
-slow_dist = pytest.mark.skipif(os.environ.get("ASCENDIFY_TEST_SLOW_DIST") != "1",
-                               reason="extra multi-process launch: set ASCENDIFY_TEST_SLOW_DIST=1")
+# Multi-process tests are expensive on the 2-core CI machine: these launches are few and small (the whole file
+# takes about 15 s), and every one runs in CI.
+slow_dist = pytest.mark.slow
 
 
 def _free_port() -> int:
