@@ -558,21 +558,19 @@ def compare_models(
             for x in _tensors((g_in, g_kw, t_in, t_kw)):
                 if x.is_floating_point():
                     x.requires_grad_(True)
+
+            def forward_backward(model, args, kw, loss_fn, side: str, ctx):
+                """One side's recorded forward, then its backward: (recorder, backward side, outputs)."""
+                with _Recorder(model, level, grads=True).active() as rec, ctx:
+                    live = model(*args, **kw)
+                lap("runs")
+                bside = gradients.run_backward(model, gradients.check_loss(loss_fn(live), side))
+                lap("backward_runs")
+                return rec, bside, _clone(live)
+
             with torch.enable_grad():
-                with _Recorder(golden, level, grads=True).active() as grec:
-                    g_live = golden(*g_in, **g_kw)
-                lap("runs")
-                gside = gradients.run_backward(golden, gradients.check_loss(g_loss_fn(g_live), "golden"))
-                lap("backward_runs")
-                g_out = _clone(g_live)
-                del g_live
-                with _Recorder(target, level, grads=True).active() as trec, t_ctx():
-                    t_live = target(*t_in, **t_kw)
-                lap("runs")
-                tside = gradients.run_backward(target, gradients.check_loss(t_loss_fn(t_live), "target"))
-                lap("backward_runs")
-                t_out = _clone(t_live)
-                del t_live
+                grec, gside, g_out = forward_backward(golden, g_in, g_kw, g_loss_fn, "golden", contextlib.nullcontext())
+                trec, tside, t_out = forward_backward(target, t_in, t_kw, t_loss_fn, "target", t_ctx())
         lap("runs")
         golden_bad = _first_nonfinite(grec.calls, g_out)
 
