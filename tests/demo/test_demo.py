@@ -121,7 +121,9 @@ def test_bench_is_labelled_host_speed(demo):
 def test_checklist_is_every_item_with_evidence(demo):
     _, _, data = demo
     items = data["checklist"]["items"]
-    assert [i["id"] for i in items] == [i["id"] for i in knowledge.load("migration_checklist")["items"]]
+    # every item but those an option asks for (prec.overflow: port --overflow)
+    assert [i["id"] for i in items] == [i["id"] for i in knowledge.load("migration_checklist")["items"]
+                                        if not i.get("when")]
     assert {i["section"] for i in items} == {"environment", "code", "performance", "precision", "deployment"}
     assert all(i["mark"] in ("✓", "✗", "n/a") and i["evidence"] for i in items)
     by_id = {i["id"]: i for i in items}

@@ -63,6 +63,10 @@ def test_gan_two_models_found_with_their_parameter_counts(tmp_path):
     assert bench["status"] == "ok" and bench["facts"]["records"]["cpu"][0]["mode"] == "train"
     assert bench["facts"]["records"]["target"][0]["model"] == "Generator"
     assert (rep / "report.html").is_file() and "netG" in (rep / "report.html").read_text()
+    # without --overflow: no overflow check, no item for it, no watch in the run
+    assert "overflow" not in data and "overflow" not in train["facts"]
+    assert "prec.overflow" not in [i["id"] for i in data["checklist"]["items"]]
+    assert not (rep / "runs" / "target" / "overflow.json").exists()
     assert (out / "gan.py").is_file() and "torch_npu" in (out / "gan.py").read_text()
 
 

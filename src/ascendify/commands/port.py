@@ -33,6 +33,8 @@ examples:
   ascendify port nanoGPT --steps 20 -- python train.py --device=cuda
   # a module, the migrated copy and the report where you want them
   ascendify port proj -o proj-npu --report port-report -- -m pkg.train
+  # the migrated run also watched for inf/NaN (fp16 overflows, GradScaler skips)
+  ascendify port proj --overflow -- python train.py --amp
 
 exit status: 0 every step ran and nothing failed; 1 a finding (a divergence,
 a crash of the migrated copy only, a failed check); 2 usage error; 3 a
@@ -59,6 +61,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="the model to compare and bench: a discovered one's name or class (netG, Generator), or "
                         "FILE.py:FACTORY(...) to build (in the project and in OUT); default: the model the first "
                         "optimizer trains")
+    p.add_argument("--overflow", action="store_true",
+                   help="run the migrated copy under the overflow check: the first call whose output has inf/NaN "
+                        "its inputs had not, forward or backward, and GradScaler's skipped steps (report.json "
+                        "'overflow', a checklist item); that run is slower and does not torch.compile")
     p.add_argument("--seed", type=int, default=1234, help="the seed both runs start with (default: %(default)s)")
     p.add_argument("--skip", action="append", default=[], metavar="STEP",
                    help=f"skip a step (repeatable or comma-separated): {', '.join(STEPS)}")
@@ -102,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
     opts = PortOptions(project=Path(args.project), command=command, out=Path(args.out) if args.out else None,
                        report=Path(args.report) if args.report else None, to=args.to, steps=args.steps,
                        seconds=args.time_budget, device=args.device, skip=frozenset(skip), force=args.force,
-                       seed=args.seed, lanes=args.jobs or default_lanes(), model=args.model,
+                       seed=args.seed, lanes=args.jobs or default_lanes(), model=args.model, overflow=args.overflow,
                        progress=None if args.quiet else sys.stderr)
     try:
         result = run_port(opts)

@@ -84,10 +84,14 @@ def evaluate_item(item_id: str, steps: Steps, target: str) -> Verdict:
         return Verdict(NA, str(e), e.step)
 
 
-def evaluate(steps: Steps, target: str) -> list[dict[str, Any]]:
-    """Every item with its verdict: dicts with id, section, question, how, mark, status, evidence, anchor."""
+def evaluate(steps: Steps, target: str, flags: frozenset[str] = frozenset()) -> list[dict[str, Any]]:
+    """Every item with its verdict: dicts with id, section, question, how, mark, status, evidence, anchor. An item
+    with a ``when`` (the option that asks for its check, e.g. ``--overflow``) is listed only when ``flags`` holds
+    it."""
     out = []
     for item in items():
+        if item.get("when") and item["when"] not in flags:
+            continue
         v = evaluate_item(item["id"], steps, target)
         out.append({**item, "mark": v.mark, "status": v.status, "evidence": v.evidence,
                     "anchor": v.anchor or item.get("step", "")})
@@ -330,6 +334,26 @@ def _prec_dtype_events(steps: Steps, target: str) -> Verdict:
         return Verdict(NA, "needs the emulated NPU's record (the target was not the emulated NPU)", "train")
     f64, ovf = int(emu.get("float64_events") or 0), int(emu.get("fp16_overflow_events") or 0)
     return Verdict(PASS if not (f64 or ovf) else FAIL, f"{f64} float64 events, {ovf} fp16 overflow events", "train")
+
+
+@evaluator("prec.overflow")
+def _prec_overflow(steps: Steps, target: str) -> Verdict:
+    """``port --overflow``: the train step's ``overflow`` facts (the migrated run under the overflow watch): no new
+    inf/NaN and no skipped GradScaler step; n/a where the run was not watched or under the emulated NPU's
+    saturation mode (nothing turns inf there, so nothing can be seen)."""
+    from ascendify.port.steps import overflow_text
+
+    o = _need(steps, "train").facts.get("overflow")
+    if not o:
+        return Verdict(NA, "the migrated run was not watched (port without --overflow)", "train")
+    if o.get("skipped"):
+        return Verdict(NA, f"not checked: {o['skipped']}", "train")
+    mode = o.get("npu_overflow_mode") or {}
+    if mode.get("mode") == "saturation" and not o.get("first"):
+        return Verdict(NA, f"the emulated NPU ran in saturation mode ({mode.get('device')}): overflows saturate, "
+                           "none can be seen; rerun with ASCENDIFY_EMULATE_OVERFLOW_MODE=inf_nan", "train")
+    bad = bool(o.get("first") or o.get("overflows") or o.get("skipped_steps"))
+    return Verdict(FAIL if bad else PASS, overflow_text(o), "train")
 
 
 # --- deployment --------------------------------------------------------------------------------------------------

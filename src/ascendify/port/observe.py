@@ -23,6 +23,13 @@ written to ``DIR/observe.json`` (``observe.rankN.json`` on rank N > 0), the mode
 
 Cost: the module hook is one Python call per module call and is removed once discovery is over (after the second
 step), so the steps measured after it run at the program's own speed.
+
+``ASCENDIFY_OBSERVE_OVERFLOW=1`` (``port --overflow``, the migrated run only) also runs the whole program under
+:class:`ascendify.precision.overflow.OverflowWatch` in record mode (every aten call, forward and backward, the
+optimizer and ``GradScaler`` included) and writes ``DIR/overflow.json`` (``overflow.rankN.json``): the watch's
+summary, each finding's observed step (``iteration``) and paths inside the run's tree made relative to it. That
+run is then slower (the watch's cost) and ``torch.compile`` does not compile under it (Dynamo skips frames while a
+``TorchDispatchMode`` is active).
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ ENV_STEPS = "ASCENDIFY_OBSERVE_STEPS"
 ENV_SECONDS = "ASCENDIFY_OBSERVE_SECONDS"
 ENV_SEED = "ASCENDIFY_OBSERVE_SEED"
 ENV_ROOT = "ASCENDIFY_OBSERVE_ROOT"
+ENV_OVERFLOW = "ASCENDIFY_OBSERVE_OVERFLOW"
 SCHEMA = "ascendify.observe/1"
 DISCOVERY_STEPS = 2  # the module hook stays on for this many steps (every model of an iteration is seen)
 MAX_SNAPSHOT_PARAMS = 300_000_000  # larger models are described, not copied
@@ -86,7 +94,7 @@ def install_from_env(environ: dict[str, str] | None = None) -> Observer | None:
             return None
 
     _ACTIVE = Observer(out, steps=_int(ENV_STEPS, 0) or None, seconds=_float(ENV_SECONDS), seed=_int(ENV_SEED, 0),
-                       root=env.get(ENV_ROOT) or os.getcwd())
+                       root=env.get(ENV_ROOT) or os.getcwd(), overflow=env.get(ENV_OVERFLOW) == "1")
     _ACTIVE.install()
     return _ACTIVE
 
@@ -125,8 +133,12 @@ class _Model:
 
 
 class Observer:
-    def __init__(self, out_dir: str, *, steps: int | None, seconds: float | None, seed: int, root: str):
+    def __init__(self, out_dir: str, *, steps: int | None, seconds: float | None, seed: int, root: str,
+                 overflow: bool = False):
         self.out = out_dir
+        self.overflow = overflow
+        self._watch: Any = None  # the OverflowWatch with overflow on
+        self._step_calls: list[int] = []  # with overflow on: the watch's call count at each step's end
         self.steps = steps
         self.seconds = seconds
         self.seed = seed
@@ -219,6 +231,10 @@ class Observer:
 
         self._handles.append(register_optimizer_step_pre_hook(self._pre_step))
         self._handles.append(register_optimizer_step_post_hook(self._post_step))
+        if self.overflow:  # last: the observer's own set-up is not watched
+            from ascendify.precision.overflow import OverflowWatch
+
+            self._watch = OverflowWatch("record").start()
 
     def _patch_random(self, torch) -> None:
         """Random draws made on an accelerator use its generator, the reference run's the CPU's: the seeds cannot
@@ -414,6 +430,7 @@ class Observer:
                 # steps were counted by backward until the first optimizer showed up: count them again
                 self._losses = [x for it in self.iterations for x in it["losses"]] + self._losses
                 self.iterations.clear()
+                self._step_calls.clear()
         elif key == self._opt_order[0] and self.steps is not None:
             lead = self.optimizers[key]["steps"]
             if lead >= self.steps:  # every other optimizer has had its chance in the last iteration
@@ -443,6 +460,8 @@ class Observer:
             losses, self._losses = self._losses, []
         self.iterations.append({"step": len(self.iterations), "t": round(now, 4),
                                 "seconds": round(now - start, 6), "losses": losses, "by": by})
+        if self._watch is not None:
+            self._step_calls.append(self._watch.calls)
         if len(self.iterations) >= DISCOVERY_STEPS:
             self._unhook_modules()
 
@@ -523,6 +542,9 @@ class Observer:
         }
 
     def finish(self, exit_code: int | None, error: BaseException | None = None) -> dict[str, Any]:
+        watch, self._watch = self._watch, None
+        if watch is not None:
+            watch.stop()
         self.uninstall()
         if not self.optimizers and self._losses and (self.steps is None or len(self.iterations) < self.steps):
             self._end_iteration(by="backward")  # the last hand-made update
@@ -536,9 +558,35 @@ class Observer:
             from ascendify.report import dumps_json
 
             write_atomic(os.path.join(self.out, f"observe{suffix}.json"), dumps_json(data) + "\n")
+            if watch is not None:
+                write_atomic(os.path.join(self.out, f"overflow{suffix}.json"),
+                             dumps_json(self.overflow_summary(watch, data)) + "\n")
         except Exception as e:  # noqa: BLE001 (the user's run must never fail because of us)
             print(f"ascendify: could not write the run's findings to {self.out}: {e}", file=sys.stderr)
         return data
+
+    def overflow_summary(self, watch: Any, data: dict[str, Any]) -> dict[str, Any]:
+        """The watch's summary (the fields of ``dump --overflow``'s overflow.json) for this run: each finding gets
+        the observed step it fell in (``iteration``, 0-based: the steps whole before it; the set-up before the
+        first step counts as step 0), and paths inside the run's tree become relative to it."""
+        import bisect
+
+        s = watch.summary()
+        for f in s["findings"]:  # the watch's call count at each step's end places a call in its step
+            f["iteration"] = bisect.bisect_right(self._step_calls, f["call"])
+            f["file"] = self._in_root(f.get("file"))
+        for sk in s["skipped_steps"]:
+            where = sk.get("where") or {}
+            if where.get("file"):
+                where["file"] = self._in_root(where["file"])
+        return {"schema": "ascendify.overflow/1", "rank": self.rank, "steps_seen": len(self.iterations),
+                "stopped": data.get("stopped"), "exit_code": data.get("exit_code"), **s}
+
+    def _in_root(self, path: str | None) -> str | None:
+        if not path:
+            return path
+        p = os.path.abspath(path)
+        return os.path.relpath(p, self.root) if p.startswith(self.root + os.sep) else path
 
     def _save_models(self, data: dict[str, Any]) -> None:
         import torch

@@ -309,10 +309,74 @@ def _train(sec, res, result) -> None:
                     "recompilations": gm.get("recompiles"),
                     "recompile loop" if gm.get("recompile_loop") else "first recompilation":
                         f"{about['function']}: {about['reason']}" if about else None})
+    if res.facts.get("overflow"):
+        _overflow(sec.section("Overflow check of the migrated run (--overflow)", anchor="train-overflow"),
+                  res.facts["overflow"])
     g = runs.get("golden", {})
     if "redirected" in g:
         sec.kv({"CUDA APIs redirected to the CPU (ascendify run)": g.get("redirected"),
                 "unsupported": g.get("unsupported"), "unmapped devices": g.get("unmapped")})
+
+
+def _g(x: Any) -> str:
+    """A number short (``inf``/``NaN`` come back from JSON as strings)."""
+    return f"{x:.4g}" if isinstance(x, (int, float)) else str(x)
+
+
+def _overflow(sub, o: dict) -> None:
+    """The migrated run under the overflow watch: the verdict, the first new inf/NaN in detail, the findings and
+    GradScaler's skipped steps (the fields of dump --overflow's overflow.json)."""
+    if o.get("skipped"):
+        sub.verdict("skip", f"not checked: {o['skipped']}")
+        return
+    first = o.get("first")
+    mode = o.get("npu_overflow_mode") or {}
+    bad = bool(first or o.get("skipped_steps"))
+    sub.verdict("fail" if bad else ("warn" if mode.get("mode") == "saturation" else "ok"), st.overflow_text(o),
+                "every aten call of the run, forward and backward (optimizer and GradScaler included), checked for "
+                "an output with inf/NaN that its inputs did not have")
+    kv: dict[str, Any] = {}
+    if first:
+        place = f"{first['module']} ({first['module_class']})" if first.get("module") else (
+            f"autograd node {first['autograd_node']}" if first.get("autograd_node") else "outside any module")
+        o0 = (first.get("outputs") or [{}])[0]
+        kv.update({"first new inf/NaN": f"{first['api']} ({first['direction']}, {first.get('op')})"
+                   + (f", rank {o['first_rank']}" if o.get("ranks", 1) > 1 else ""),
+                   "where": f"{first.get('file')}:{first.get('line')} in {place}",
+                   "code": first.get("code"), "observed step": first.get("iteration"),
+                   "output": f"{first.get('dtype')} {o0.get('shape')}: {o0.get('inf', 0):,} inf, "
+                             f"{o0.get('nan', 0):,} NaN"})
+        for i, d in enumerate((first.get("inputs") or [])[:4]):
+            kv[f"input {i}"] = f"{d.get('dtype')} {d.get('shape')}" + (
+                f": min {_g(d.get('min'))} max {_g(d.get('max'))}" if "min" in d else "")
+        if first.get("scalars"):
+            kv["scalars"] = ", ".join(_g(x) for x in first["scalars"])
+    if mode:
+        kv["emulated NPU overflow mode"] = f"{mode.get('mode')} ({mode.get('device')}): {mode.get('note')}"
+    if o.get("gradscaler_updates"):
+        kv["GradScaler"] = f"{len(o.get('skipped_steps') or [])} of {o['gradscaler_updates']} steps skipped"
+    sub.kv(kv)
+    rows = [{"#": f.get("index"), "step": f.get("iteration"), "call": f.get("api"), "direction": f.get("direction"),
+             "where": f.get("module") or f.get("autograd_node"), "line": f"{f.get('file')}:{f.get('line')}",
+             "dtype": f.get("dtype"), "inf": sum(x.get("inf", 0) for x in f.get("outputs") or []),
+             "NaN": sum(x.get("nan", 0) for x in f.get("outputs") or [])} for f in o.get("findings") or []]
+    if rows:
+        sub.table([report.Column("#", kind="number"), report.Column("step", kind="number"), report.Column("call"),
+                   report.Column("direction"), report.Column("where"), report.Column("line", kind="path"),
+                   report.Column("dtype"), report.Column("inf", kind="number"), report.Column("NaN", kind="number")],
+                  rows, caption=f"new inf/NaN in call order (the first {len(rows)} of {o.get('overflows', 0):,}; "
+                                f"all in {o.get('file')})")
+    sk = o.get("skipped_steps") or []
+    if sk:
+        sub.table([report.Column("update", kind="number"), report.Column("scale before", kind="number"),
+                   report.Column("scale after", kind="number"), report.Column("at", kind="path")],
+                  [{"update": x.get("update"), "scale before": x.get("scale_before"),
+                    "scale after": x.get("scale_after"),
+                    "at": f"{(x.get('where') or {}).get('file')}:{(x.get('where') or {}).get('line')}"}
+                   for x in sk[:50]],
+                  caption="GradScaler steps skipped (the scale went down: inf/NaN gradients)")
+    for n in o.get("notes") or []:
+        sub.text(n)
 
 
 def _compare(sec, res, result) -> None:
@@ -529,6 +593,12 @@ def summary_text(result, width: int | None = None) -> str:
             logs = [_rel(f) for f in r.files if "logs/" in _rel(f)]
             lines.append(_wrap(f"{sid} failed: {r.error.splitlines()[0]}"
                                + (f" (log: {', '.join(logs)})" if logs else ""), width))
+    ov = result.steps["train"].facts.get("overflow") if "train" in result.steps else None
+    if ov:
+        lines.append(_wrap("overflow (migrated run): " + st.overflow_text(ov), width))
+        first = ov.get("first")
+        if first and first.get("code"):
+            lines.append(_wrap(f"  {first.get('file')}:{first.get('line')}: {first['code']}", width))
     for item in result.checklist:
         if item["mark"] == "✗":
             lines.append(_wrap(f"✗ {item['id']}: {item['evidence']}", width))

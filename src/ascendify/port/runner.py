@@ -52,6 +52,7 @@ class PortOptions:
     verb: str = "port"  # "demo" when the demo runs it: names and file names follow
     quick: bool = False  # the demo's sizes (shown in its report)
     model: str | None = None  # --model: which discovered model to compare and bench, or FILE.py:FACTORY(...)
+    overflow: bool = False  # --overflow: the migrated run under the overflow watch
 
 
 @dataclass
@@ -116,7 +117,7 @@ class PortResult:
 
         status, sentence = self.verdict
         marks = [i["mark"] for i in self.checklist]
-        return {
+        out = {
             "schema": f"ascendify.{self.verb}/1",
             "tool": f"ascendify {__version__}",
             "out": str(self.out),
@@ -136,6 +137,10 @@ class PortResult:
             "checklist": {"pass": marks.count("✓"), "fail": marks.count("✗"), "n/a": marks.count("n/a"),
                           "items": self.checklist},
         }
+        overflow = self.steps["train"].facts.get("overflow") if "train" in self.steps else None
+        if overflow:  # --overflow only: the migrated run's overflow check (also in the train step's facts)
+            out["overflow"] = overflow
+        return out
 
 
 def resolve_target(device: str) -> tuple[str, str]:
@@ -337,7 +342,7 @@ def run_port(opts: PortOptions) -> PortResult:
     ctx = st.Context(out=report_dir, project=project, migrated=migrated, command=command, target=target,
                      target_reason=why, lanes=opts.lanes, steps=opts.steps, seconds=opts.seconds, to=opts.to,
                      seed=opts.seed, skip=frozenset(opts.skip), title=opts.verb, force_migrate=force_migrate,
-                     entry=prog.path, model=opts.model, env=env)
+                     entry=prog.path, model=opts.model, env=env, overflow=opts.overflow)
     (report_dir / "runs").mkdir(exist_ok=True)
     prog_ = _Progress(opts.progress, len(st.ALL_STEPS), opts.verb)
     prog_.say(f"{st.TARGET_LABEL[target]}: {why}")
@@ -388,7 +393,7 @@ def run_port(opts: PortOptions) -> PortResult:
     from ascendify.port import checklist as cl
 
     t_check = time.monotonic()
-    items = cl.evaluate(ordered, target)
+    items = cl.evaluate(ordered, target, flags=frozenset({"--overflow"} if opts.overflow else ()))
     marks = [i["mark"] for i in items]
     ordered["checklist"] = st.StepResult(
         "checklist", status="fail" if "✗" in marks else "ok", seconds=time.monotonic() - t_check,

@@ -97,6 +97,7 @@ class Context:
     entry: str | None = None  # the entry script, relative to the project (for the diff in the report)
     model: str | None = None  # --model: a discovered model's name or class, or FILE.py:FACTORY(...)
     env: dict[str, str] = field(default_factory=dict)  # NAME=VALUE the command began with, for both runs
+    overflow: bool = False  # --overflow: the target run under the overflow watch (runs/target/overflow.json)
 
     def rel(self, path: str | Path) -> str:
         try:
@@ -188,7 +189,8 @@ def observe_env(ctx: Context, side: str, root: Path, base: dict[str, str] | None
             "ASCENDIFY_OBSERVE_STEPS": str(ctx.steps),
             "ASCENDIFY_OBSERVE_SECONDS": "" if ctx.seconds is None else str(ctx.seconds),
             "ASCENDIFY_OBSERVE_SEED": str(ctx.seed), "ASCENDIFY_OBSERVE_ROOT": str(root),
-            "PYTHONHASHSEED": str(ctx.seed)}
+            "PYTHONHASHSEED": str(ctx.seed),
+            **({"ASCENDIFY_OBSERVE_OVERFLOW": "1"} if ctx.overflow and side == "target" else {})}
 
 
 def build_jobs(ctx: Context) -> list[Job]:
@@ -532,6 +534,96 @@ def _side_label(ctx: Context, side: str) -> str:
 
 
 def read_train(ctx: Context, jobs: list[Job]) -> StepResult:
+    """The two runs (observe.json, history, the run reports); with ``--overflow`` also the migrated run's overflow
+    check (``facts["overflow"]``, :func:`read_overflow`), said at the end of the headline."""
+    res = _read_train(ctx, jobs)
+    if ctx.overflow:
+        o = res.facts["overflow"] = read_overflow(ctx, res)
+        if (ctx.runs / "target" / "overflow.json").is_file():
+            res.files.append(ctx.rel(ctx.runs / "target" / "overflow.json"))
+        if res.headline and not o.get("skipped"):
+            res.headline += "; overflow: " + overflow_text(o, short=True)
+    return res
+
+
+def overflow_text(o: dict[str, Any], short: bool = False) -> str:
+    """One line on the overflow check of the migrated run (``facts["overflow"]``).
+
+    >>> f = {"api": "mm", "direction": "forward", "module": "Net.attn", "module_class": "Attn",
+    ...      "autograd_node": None, "file": "train.py", "line": 26, "dtype": "float16"}
+    >>> overflow_text({"overflows": 3, "calls_checked": 900, "first": f, "skipped_steps": [], "gradscaler_updates": 0})
+    '3 new inf/NaN in 900 calls, first mm (forward) in Net.attn (Attn) at train.py:26, float16'
+    >>> overflow_text({"overflows": 0, "calls_checked": 900, "first": None}, short=True)
+    'no new inf/NaN in 900 calls'
+    """
+    if o.get("skipped"):
+        return f"not checked: {o['skipped']}"
+    first = o.get("first")
+    if not first:
+        text = f"no new inf/NaN in {o.get('calls_checked') or 0:,} calls"
+    else:
+        n = o.get("overflows") or 0
+        place = f"{first['module']} ({first['module_class']})" if first.get("module") else (
+            first.get("autograd_node") or "no module")
+        at = f"{first.get('file') or '?'}:{first.get('line') or '?'}"
+        text = (f"{n:,} new inf/NaN in {o.get('calls_checked') or 0:,} calls, first {first['api']} "
+                f"({first['direction']})")
+        text += f" at {at}" if short else f" in {place} at {at}, {first.get('dtype')}"
+    sk, ups = o.get("skipped_steps") or [], o.get("gradscaler_updates") or 0
+    if ups:
+        text += f"; GradScaler skipped {len(sk)} of {ups} steps"
+    return text
+
+
+def read_overflow(ctx: Context, train: StepResult) -> dict[str, Any]:
+    """``--overflow``: the migrated run's ``runs/target/overflow.json`` (written by the observer, one per rank), in
+    the fields of ``dump --overflow``'s overflow.json: ``first`` (the first new inf/NaN of rank 0, else of the
+    first rank that had one), ``overflows`` and ``calls_checked`` (all ranks), ``npu_overflow_mode``,
+    ``gradscaler_updates`` and ``skipped_steps`` (rank 0), ``findings`` (rank 0's first 20), with ``notes`` on what
+    the watch changed in that run; or ``skipped`` saying why there is none."""
+    target = (train.facts.get("runs") or {}).get("target") or {}
+    files = sorted((ctx.runs / "target").glob("overflow*.json"))
+    data = [d for d in (_load_json(f) for f in files) if d is not None]
+    if not data:
+        if "train" in ctx.skip or target.get("skipped"):
+            why = "the migrated run did not run" + (f" ({target['skipped']})" if target.get("skipped") else "")
+        elif not target:
+            why = "the migrated run did not run"
+        else:
+            why = ("the migrated run left no overflow.json (it ended before the program started: see its log)")
+        return {"requested": True, "skipped": why}
+    data.sort(key=lambda d: d.get("rank") or 0)
+    main = data[0]
+    first_of = next((d for d in data if d.get("first")), None)
+    out: dict[str, Any] = {
+        "requested": True,
+        "file": ctx.rel(ctx.runs / "target" / "overflow.json"),
+        "ranks": len(data),
+        "overflows": sum(int(d.get("overflows") or 0) for d in data),
+        "calls_checked": sum(int(d.get("calls_checked") or 0) for d in data),
+        "first": first_of["first"] if first_of else None,
+        "first_rank": first_of.get("rank") if first_of else None,
+        "npu_overflow_mode": main.get("npu_overflow_mode"),
+        "gradscaler_updates": main.get("gradscaler_updates") or 0,
+        "skipped_steps": main.get("skipped_steps") or [],
+        "steps_seen": main.get("steps_seen"),
+        "findings": (main.get("findings") or [])[:20],
+    }
+    notes = ["the migrated run ran under the watch: its step time includes the check's cost, and the emulator's "
+             "op counts include the check's reductions"]
+    models = (train.facts.get("models") or {}).get("target") or []
+    if any("(in OptimizedModule)" in (r.get("class") or "") for r in models):
+        notes.append("the program compiles its model with torch.compile, which does not compile under the watch "
+                     "(Dynamo skips frames while a TorchDispatchMode is active): the watched run ran eager; port "
+                     "without --overflow to check the compiled run")
+    if not models:
+        notes.append("no model (an nn.Module with parameters) was called: every call of the run was still "
+                     "watched, with no module to name")
+    out["notes"] = notes
+    return out
+
+
+def _read_train(ctx: Context, jobs: list[Job]) -> StepResult:
     from ascendify import report
 
     res = StepResult("train")

@@ -61,15 +61,16 @@ def _floats(obj) -> list[torch.Tensor]:
 
 
 _LOW = (torch.float16, torch.bfloat16)
+_F32_SUM = (*_LOW, torch.float64)  # float64: a float32 sum, so the check makes no float64 tensor of its own
 
 
 def _finite(t: torch.Tensor) -> bool:
-    """All of ``t`` finite. One reduction: a finite sum (float32 accumulation for 16-bit floats) means no inf/NaN;
-    only a sum that is not finite (an inf/NaN, or a sum of finite values past the dtype's range) is checked
-    element by element."""
+    """All of ``t`` finite. One reduction: a finite sum (float32 accumulation for 16-bit floats; a float32 sum
+    for float64, whose float64 tensors the emulated NPU counts) means no inf/NaN; only a sum that is not finite
+    (an inf/NaN, or a sum of finite values past the range) is checked element by element."""
     if t.numel() == 0:
         return True
-    total = t.sum(dtype=torch.float32) if t.dtype in _LOW else t.sum()
+    total = t.sum(dtype=torch.float32) if t.dtype in _F32_SUM else t.sum()
     if math.isfinite(total.item()):
         return True
     return bool(torch.isfinite(t).all())

@@ -36,7 +36,9 @@ def _warn_once(key: str, message: str) -> None:
 warn_once = _warn_once  # for the other checks of the package (distributed/hccl_rules.py)
 
 
-_LIB_DIRS = (os.sep + "ascendify" + os.sep + "emulator" + os.sep, os.sep + "torch" + os.sep)
+# the overflow watch (``port``/``dump --overflow``) is a TorchDispatchMode between the user's call and the kernel
+_LIB_DIRS = (os.sep + "ascendify" + os.sep + "emulator" + os.sep, os.sep + "torch" + os.sep,
+             os.sep + os.path.join("ascendify", "precision", "overflow.py"))
 
 
 def _user_stacklevel() -> int:
@@ -83,10 +85,19 @@ def float64(name: str, dtype: torch.dtype) -> None:
 _INTERNAL_F64 = ("amp/grad_scaler.py", "amp/autocast_mode.py", "_tensor_str.py", "utils/data/")
 
 
+# frames passed over to find the caller: the emulator's own, and the overflow watch (a TorchDispatchMode: a call it
+# passes through, and the reductions it runs on that call's tensors, are its caller's) with torch's plumbing
+# between a mode and the op (OpOverload.__call__, the mode's disable-dynamo wrapper)
+_SEE_THROUGH = tuple(os.sep.join(p) for p in (("ascendify", "emulator"), ("ascendify", "precision", "overflow.py"),
+                                             ("torch", "_ops.py"), ("torch", "_dynamo", "eval_frame.py"),
+                                             ("torch", "_compile.py")))
+
+
 def _torch_internal() -> bool:
-    """True when the nearest caller outside ascendify is one of torch's own float64 bookkeeping files."""
+    """True when the nearest caller outside ascendify's emulator (and its overflow watch) is one of torch's own
+    float64 bookkeeping files."""
     f = sys._getframe(2)
-    while f is not None and "ascendify" + os.sep + "emulator" in f.f_code.co_filename:
+    while f is not None and any(p in f.f_code.co_filename for p in _SEE_THROUGH):
         f = f.f_back
     if f is None:
         return False
