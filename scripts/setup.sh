@@ -13,3 +13,5 @@ PIP=(.venv/bin/python -m pip install -q --disable-pip-version-check)
 "${PIP[@]}" "torch==2.13.0"
 "${PIP[@]}" -c constraints.txt -e ".[dev]"
 .venv/bin/python -c "import torch, ascendify; print('ascendify', ascendify.__version__, 'torch', torch.__version__)"
+# the emulated npu device's C++ kernels (about 30 s once; without a compiler the Python kernels serve)
+.venv/bin/python -m ascendify.emulator.ops.cfast || true

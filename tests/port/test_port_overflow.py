@@ -145,3 +145,12 @@ def test_port_overflow_end_to_end_names_the_op_and_the_skipped_steps(tmp_path):
     assert f"overflow (migrated run): {o['overflows']} new inf/NaN" in " ".join(p.stdout.split())
     page = (rep / "report.html").read_text()
     assert 'id="train-overflow"' in page and "GradScaler steps skipped" in page
+
+
+def test_a_loss_that_went_nan_is_said_not_a_crash():
+    """A float16 run whose loss turned NaN: JSON gives it back as a string; the checklist and headline say it."""
+    train = st.StepResult("train", status="ok", facts={"runs": {"target": {
+        "returncode": 0, "history": {"step": [0, 1], "loss": [0.5, "NaN"]}}}})
+    v = cl.evaluate_item("code.runs-on-target", {"train": train}, "emulated")
+    assert v.mark == cl.PASS and v.evidence.endswith("final loss NaN")
+    assert st.number_text("NaN") == "NaN" and st.number_text(0.5) == "0.5"

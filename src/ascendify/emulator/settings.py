@@ -79,6 +79,9 @@ def parse_bytes(text: str | int) -> int:
     return value
 
 
+OBSERVERS: list = []  # callables (settings, field) told of every change (the C++ kernels mirror a few fields)
+
+
 @dataclasses.dataclass
 class Settings:
     fidelity: str = "warn"
@@ -91,6 +94,11 @@ class Settings:
     single_device: bool = False
     self_test: bool = True
     cann_version: str = "9.1.0"  # what torch_npu 2.13 asks for (compat_matrix.json: the master README)
+
+    def __setattr__(self, name: str, value) -> None:
+        object.__setattr__(self, name, value)
+        for fn in OBSERVERS:
+            fn(self, name)
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the bad setting."""

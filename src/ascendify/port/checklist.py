@@ -204,9 +204,14 @@ def _runs_on_target(steps: Steps, target: str) -> Verdict:
     if r.get("returncode") == 0 and hist.get("step"):
         where = "the emulated NPU" if target == "emulated" else "the Ascend NPU"
         if hist.get("loss"):
-            return Verdict(PASS, f"{len(hist['step'])} steps on {where}, final loss {hist['loss'][-1]:.4f}", "train")
+            return Verdict(PASS, f"{len(hist['step'])} steps on {where}, final loss {_num(hist['loss'][-1])}", "train")
         return Verdict(PASS, f"{len(hist['step'])} model calls on {where} (no training step)", "train")
     return Verdict(FAIL, f"exit status {r.get('returncode')}", "train")
+
+
+def _num(x) -> str:
+    """A loss to 4 decimals; inf/NaN come back from JSON as strings: as they are."""
+    return f"{x:.4f}" if isinstance(x, (int, float)) else str(x)
 
 
 @evaluator("code.no-cpu-fallback")

@@ -318,11 +318,6 @@ def _train(sec, res, result) -> None:
                 "unsupported": g.get("unsupported"), "unmapped devices": g.get("unmapped")})
 
 
-def _g(x: Any) -> str:
-    """A number short (``inf``/``NaN`` come back from JSON as strings)."""
-    return f"{x:.4g}" if isinstance(x, (int, float)) else str(x)
-
-
 def _overflow(sub, o: dict) -> None:
     """The migrated run under the overflow watch: the verdict, the first new inf/NaN in detail, the findings and
     GradScaler's skipped steps (the fields of dump --overflow's overflow.json)."""
@@ -348,9 +343,9 @@ def _overflow(sub, o: dict) -> None:
                              f"{o0.get('nan', 0):,} NaN"})
         for i, d in enumerate((first.get("inputs") or [])[:4]):
             kv[f"input {i}"] = f"{d.get('dtype')} {d.get('shape')}" + (
-                f": min {_g(d.get('min'))} max {_g(d.get('max'))}" if "min" in d else "")
+                f": min {st.number_text(d.get('min'))} max {st.number_text(d.get('max'))}" if "min" in d else "")
         if first.get("scalars"):
-            kv["scalars"] = ", ".join(_g(x) for x in first["scalars"])
+            kv["scalars"] = ", ".join(st.number_text(x) for x in first["scalars"])
     if mode:
         kv["emulated NPU overflow mode"] = f"{mode.get('mode')} ({mode.get('device')}): {mode.get('note')}"
     if o.get("gradscaler_updates"):

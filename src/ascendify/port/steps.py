@@ -533,6 +533,15 @@ def _side_label(ctx: Context, side: str) -> str:
     return f"migrated copy on the {ctx.target_label}"
 
 
+def number_text(x: Any) -> str:
+    """A number short; a loss that went inf/NaN comes back from JSON as a string and is said as it is.
+
+    >>> number_text(0.123456), number_text("NaN"), number_text(None)
+    ('0.1235', 'NaN', 'None')
+    """
+    return f"{x:.4g}" if isinstance(x, (int, float)) else str(x)
+
+
 def read_train(ctx: Context, jobs: list[Job]) -> StepResult:
     """The two runs (observe.json, history, the run reports); with ``--overflow`` also the migrated run's overflow
     check (``facts["overflow"]``, :func:`read_overflow`), said at the end of the headline."""
@@ -737,7 +746,7 @@ def _read_train(ctx: Context, jobs: list[Job]) -> StepResult:
         r = runs.get(side, {})
         h = r.get("history") or {}
         if h.get("loss"):
-            parts.append(f"{label}: {len(h['step'])} steps, loss {h['loss'][-1]:.4g}")
+            parts.append(f"{label}: {len(h['step'])} steps, loss {number_text(h['loss'][-1])}")
         elif h.get("output_mean"):
             parts.append(f"{label}: {len(h['step'])} model calls, no training step")
         elif r.get("skipped"):

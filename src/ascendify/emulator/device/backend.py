@@ -100,6 +100,9 @@ def install() -> int:
     fallback_lib = torch.library.Library("_", "IMPL")
     aten_lib = torch.library.Library("aten", "IMPL")
     _libs.extend((fallback_lib, aten_lib))
+    from ascendify.emulator.ops import cfast
+
+    cfast.attach()
     n = kernels.register((fallback_lib, aten_lib))
     layouts.register(_libs)
     autograd_engine.install()

@@ -7,6 +7,7 @@ and uncounted by a weak-reference callback when the storage dies. Going beyond t
 
 from __future__ import annotations
 
+import ctypes
 import weakref
 
 import torch
@@ -29,6 +30,29 @@ class DeviceMemory:
         self._live: dict[int, tuple[weakref.ref, int, int]] = {}  # data_ptr -> (ref, nbytes, index)
         self._ptr_of: dict[int, int] = {}  # id(ref) -> data_ptr
         self._on_free = self._release  # one bound method for every weak reference
+
+    def attach(self, addresses: dict) -> None:
+        """Keep the byte counters in the C++ kernels' arrays (:mod:`ascendify.emulator.ops.cfast`), so both
+        count into one place; the current values move along. Also keeps the C++ capacity limits in step."""
+        n = int(addresses["devices"])
+        for name in ("allocated", "peak", "num_allocs", "num_frees"):
+            arr = (ctypes.c_int64 * n).from_address(int(addresses[name]))
+            for i, v in enumerate(getattr(self, name)[:n]):
+                arr[i] = v
+            setattr(self, name, arr)
+        self._limit = (ctypes.c_int64 * n).from_address(int(addresses["limit"]))
+        self.sync_limits()
+
+    def sync_limits(self) -> None:
+        """Tell the C++ kernels each device's capacity (after the setting or a fraction changed)."""
+        limit = getattr(self, "_limit", None)
+        if limit is not None:
+            for i in range(len(limit)):
+                limit[i] = min(self.capacity(i), (1 << 62))
+
+    def set_fraction(self, index: int, fraction: float) -> None:
+        self.fraction[index] = fraction
+        self.sync_limits()
 
     # -- accounting -----------------------------------------------------------------------------
     def check(self, nbytes: int, index: int) -> None:

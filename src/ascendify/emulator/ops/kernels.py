@@ -26,7 +26,7 @@ from torch import Tensor
 from ascendify.emulator import runtime
 from ascendify.emulator.device import rng
 from ascendify.emulator.device.tensors import adopt, adopt_fresh, cpu_alias
-from ascendify.emulator.ops import fastpath, fidelity, table
+from ascendify.emulator.ops import cfast, fastpath, fidelity, table
 from ascendify.emulator.ops.mismatch import mixed_error as _mixed_error
 from ascendify.emulator.ops.mismatch import two_devices as _two_devices
 from ascendify.emulator.ops.opinfo import _INFO, OpInfo, info, scalar_overload
@@ -316,7 +316,7 @@ def _promote(inf: OpInfo) -> None:
     if not _aten_lib or inf.op.namespace != "aten":
         return
     try:
-        _aten_lib[0].impl(inf.name, make_kernel(inf.op), "PrivateUse1")
+        _impl(_aten_lib[0], inf, make_kernel(inf.op))
     except RuntimeError:  # already registered elsewhere: keep the fallback
         pass
 
@@ -415,6 +415,42 @@ def register(lib: torch.library.Library) -> int:
         inf = info(op)
         if inf.kind == "view" or inf.policy.kernel is not None:
             continue
-        lib_aten.impl(inf.name, make_kernel(op), "PrivateUse1")
+        _impl(lib_aten, inf, make_kernel(op))
         n += 1
     return n
+
+
+# --------------------------------------------------------------------------------------------------------
+# the C++ kernels (cfast.cpp): the same work without a Python frame, where the op allows it
+
+_NOT_STRIDED = ("sparse", "mkldnn", "quantize", "nested", "padded", "_to_dense", "to_dense")
+
+
+def cxx_returns(inf: OpInfo) -> list[int] | None:
+    """What the C++ kernel needs to serve ``inf``'s op (per return: the argument index it writes, or -1), or
+    None where the op keeps its Python kernel: ops with a special kernel, no NPU kernel (reported), random
+    numbers, a device argument, ``out=`` arguments, non-strided layouts."""
+    pol = inf.policy
+    if inf.flagged or pol.kernel is not None or any(w in inf.name for w in _NOT_STRIDED):
+        return None
+    if inf.kind == "view":
+        return []
+    if inf.gen_kw or inf.swap_rng or not pol.fast_path or inf.out_names or pol.cpu_args_ok:
+        return None
+    args = inf.op._schema.arguments
+    if any(a.name == "device" for a in args):
+        return None
+    if any(s is not None and not isinstance(s, int) for s in inf.write_src):
+        return None
+    return [-1 if s is None else s for s in inf.write_src]
+
+
+def _impl(lib, inf: OpInfo, kernel) -> None:
+    """Register ``inf``'s PrivateUse1 kernel: the C++ one (with ``kernel`` as its fallback) where it can serve,
+    else the Python ``kernel``."""
+    mod = cfast.module()
+    ret = cxx_returns(inf) if mod is not None else None
+    if ret is None:
+        lib.impl(inf.name, kernel, "PrivateUse1")
+        return
+    mod.register_op(inf.name, inf.kind == "view", ret, kernel)

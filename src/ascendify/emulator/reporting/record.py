@@ -14,12 +14,15 @@ from collections import Counter
 class Recorder:
     def __init__(self) -> None:
         self.infos: list = []  # per-op records with ``.name`` and ``.calls`` (counted in place)
+        self.external: list = []  # (counts() -> {op name: calls}, reset()) of kernels counting elsewhere (C++)
         self.reset()
 
     def reset(self) -> None:
         """Clear every counter in place (the kernels hold references to them)."""
         for info in self.infos:
             info.calls = 0
+        for _, reset in self.external:
+            reset()
         if hasattr(self, "ops"):
             for c in (self.ops, self.no_npu_kernel, self.rejected, self.unsupported_apis, self.float64,
                       self.fp16_overflow, self.hccl_rules, self.warned, self.graph_ops):
@@ -45,6 +48,9 @@ class Recorder:
                 named[info.name] += info.calls
         for op, n in self.ops.items():
             named[op_name(op)] += n
+        for counts, _ in self.external:
+            for name, n in counts().items():
+                named[name] += n
         return dict(named.most_common())
 
 

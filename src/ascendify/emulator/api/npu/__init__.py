@@ -270,7 +270,7 @@ def mem_get_info(device=None) -> tuple[int, int]:
 def set_per_process_memory_fraction(fraction: float, device=None) -> None:
     if not isinstance(fraction, float | int) or not 0 <= fraction <= 1:
         raise ValueError(f"Invalid fraction value: {fraction}. Allowed range: 0~1")
-    _memory.fraction[_idx(device)] = float(fraction)
+    _memory.set_fraction(_idx(device), float(fraction))
 
 
 def get_per_process_memory_fraction(device=None) -> float:

@@ -1,0 +1,295 @@
+// The emulated npu device's hot kernels in C++: zero-copy CPU aliases, the CPU kernel, npu results.
+//
+// One boxed kernel (`Fast`) serves every op the Python side hands it (ascendify/emulator/ops/cfast.py). It
+// does what the Python fast path does (ops/fastpath.py, ops/kernels.py `_run_fast`), without a Python frame:
+//   1. every npu tensor argument (also inside tensor lists) becomes a CPU tensor over the same memory;
+//   2. the CPU kernel runs (a redispatch to the CPU key: autograd and autocast were handled above);
+//   3. written arguments are returned as the original npu tensors, fresh results become npu tensors over the
+//      CPU result's memory, counted as device memory until they die.
+// View ops run the CPU view kernel on the npu tensors themselves (metadata only).
+// Anything unusual (a non-scalar CPU tensor mixed in, two devices, a lazy conj/neg view, a sparse layout, no
+// npu argument, or a setting that needs per-op checks in Python) goes to the op's Python kernel, unchanged, so
+// errors and reports are those of the Python path. Float64 results and going beyond the emulated memory
+// capacity call back into Python (the fidelity report, torch.OutOfMemoryError).
+
+#include <torch/extension.h>
+#include <torch/library.h>
+#include <torch/csrc/jit/python/pybind_utils.h>
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace {
+
+constexpr int kDevices = 64;
+// Device memory counters, shared with Python (ascendify.emulator.device.memory reads and writes them through
+// ctypes at these addresses). Static: deleters may run at interpreter exit, after Python objects are gone.
+int64_t g_allocated[kDevices];
+int64_t g_peak[kDevices];
+int64_t g_allocs[kDevices];
+int64_t g_frees[kDevices];
+int64_t g_limit[kDevices];  // capacity in bytes per device; beyond it Python raises the OOM error
+
+std::atomic<int> g_slow{0};    // 1: every call takes the Python kernels (fp16 overflow check, saturation)
+std::atomic<int> g_single{0};  // settings.single_device: results are npu:0
+PyObject* g_events = nullptr;  // Python callable(kind, op_name, value) for rare events; never released
+
+struct Ctx {
+  c10::Storage keep;  // the storage aliased (kept alive as long as the alias lives)
+  int index;
+  int64_t counted;  // bytes counted as device memory (0: an alias, not counted)
+};
+
+void release(void* p) {
+  auto* c = static_cast<Ctx*>(p);
+  if (c->counted > 0) {
+    __atomic_sub_fetch(&g_allocated[c->index], c->counted, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&g_frees[c->index], 1, __ATOMIC_RELAXED);
+  }
+  delete c;
+}
+
+// A tensor over `src`'s whole storage with the same sizes, strides and offset, tagged `device`.
+at::Tensor rewrap(const at::Tensor& src, c10::Device device, c10::DispatchKey key, int index, int64_t counted) {
+  const c10::Storage& st = src.storage();
+  auto* ctx = new Ctx{st, index, counted};
+  c10::DataPtr dp(st.mutable_data(), ctx, &release, device);
+  auto impl = c10::make_intrusive<c10::StorageImpl>(c10::StorageImpl::use_byte_size_t(), st.nbytes(), std::move(dp),
+                                                    nullptr, false);
+  auto t = at::detail::make_tensor<c10::TensorImpl>(c10::Storage(std::move(impl)), c10::DispatchKeySet(key),
+                                                    src.dtype());
+  t.unsafeGetTensorImpl()->set_sizes_and_strides(src.sizes(), src.strides(), src.storage_offset());
+  return t;
+}
+
+inline at::Tensor cpu_alias(const at::Tensor& t) {
+  return rewrap(t, c10::Device(c10::kCPU), c10::DispatchKey::CPU, 0, 0);
+}
+
+// Python objects are made and dropped only while the GIL is held (the kernels run without it).
+void event(const char* kind, const std::string& name, const std::string& text, int64_t a = 0, int64_t b = 0) {
+  py::gil_scoped_acquire gil;
+  if (g_events == nullptr) return;
+  if (text.empty()) {
+    py::reinterpret_borrow<py::object>(g_events)(kind, name, py::make_tuple(a, b));
+  } else {
+    py::reinterpret_borrow<py::object>(g_events)(kind, name, py::str(text));
+  }
+}
+
+enum Check { OK = 0, SLOW = 1 };
+
+// Where argument tensor `t` allows the fast path; updates the device index seen.
+inline Check check(const at::Tensor& t, int& index) {
+  if (!t.defined()) return OK;
+  const auto dt = t.device().type();
+  if (dt == c10::DeviceType::PrivateUse1) {
+    if (t.layout() != c10::kStrided || t.is_conj() || t.is_neg()) return SLOW;
+    const int d = t.device().index();
+    if (index >= 0 && d != index) return SLOW;  // the Python kernel raises the two-devices error
+    index = d;
+    return OK;
+  }
+  if (dt == c10::DeviceType::CPU && t.dim() == 0) return OK;  // a scalar (wrapped number)
+  return SLOW;
+}
+
+struct Fast final : c10::OperatorKernel {
+  std::string name;
+  bool view = false;
+  std::vector<int> returns_arg;  // per return: the argument it writes and returns, or -1 (a fresh result)
+  PyObject* python = nullptr;     // the op's Python kernel (never released: it lives as long as the process)
+  int64_t calls = 0;
+
+  // The op's Python kernel on the arguments (positional, keyword-only ones by name unless at their default),
+  // its result pushed back as the schema's returns.
+  void slow(const c10::OperatorHandle& op, torch::jit::Stack* stack, size_t n) {
+    py::gil_scoped_acquire gil;
+    const auto& schema = op.schema();
+    const size_t base = stack->size() - n;
+    py::list args;
+    py::dict kwargs;
+    for (size_t i = 0; i < n; i++) {
+      const auto& arg = schema.arguments()[i];
+      const c10::IValue& v = (*stack)[base + i];
+      if (arg.kwarg_only()) {
+        if (arg.default_value() && *arg.default_value() == v) continue;
+        kwargs[py::str(arg.name())] = torch::jit::toPyObject(v);
+      } else {
+        args.append(torch::jit::toPyObject(v));
+      }
+    }
+    torch::jit::drop(*stack, n);
+    py::object out = py::reinterpret_borrow<py::object>(python)(*py::tuple(args), **kwargs);
+    const auto& rets = schema.returns();
+    if (rets.size() == 1) {
+      stack->push_back(torch::jit::toIValue(out, rets[0].type()));
+    } else if (rets.size() > 1) {
+      auto tup = py::reinterpret_borrow<py::tuple>(out);
+      for (size_t j = 0; j < rets.size(); j++) stack->push_back(torch::jit::toIValue(tup[j], rets[j].type()));
+    }
+  }
+
+  at::Tensor adopt(const at::Tensor& r, int index, std::vector<const void*>& seen) {
+    const auto st = r.scalar_type();
+    if (st == at::kDouble || st == at::kComplexDouble) {
+      event("float64", name, c10::toString(st));
+    }
+    int64_t counted = 0;
+    const c10::Storage& s = r.storage();
+    if (s.resizable() && s.nbytes() > 0) {  // fresh CPU allocator memory (aliases are not resizable)
+      const void* key = s.unsafeGetStorageImpl();
+      bool dup = false;
+      for (auto* k : seen) dup = dup || k == key;
+      if (!dup) {
+        seen.push_back(key);
+        counted = static_cast<int64_t>(s.nbytes());
+        if (g_allocated[index] + counted > g_limit[index]) event("oom", name, "", counted, index);
+        const int64_t a = __atomic_add_fetch(&g_allocated[index], counted, __ATOMIC_RELAXED);
+        __atomic_add_fetch(&g_allocs[index], 1, __ATOMIC_RELAXED);
+        if (a > g_peak[index]) g_peak[index] = a;
+      }
+    }
+    return rewrap(r, c10::Device(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(index)),
+                  c10::DispatchKey::PrivateUse1, index, counted);
+  }
+
+  void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
+    const size_t n = op.schema().arguments().size();
+    if (g_slow.load(std::memory_order_relaxed)) return slow(op, stack, n);
+    const size_t base = stack->size() - n;
+    int index = -1;
+    for (size_t i = base; i < stack->size(); i++) {
+      const c10::IValue& v = (*stack)[i];
+      if (v.isTensor()) {
+        if (check(v.toTensor(), index) == SLOW) return slow(op, stack, n);
+      } else if (v.isTensorList()) {
+        for (const at::Tensor& t : v.toTensorList()) {
+          if (check(t, index) == SLOW) return slow(op, stack, n);
+        }
+      } else if (v.isList()) {
+        for (const c10::IValue& e : v.toListRef()) {
+          if (e.isTensor() && check(e.toTensor(), index) == SLOW) return slow(op, stack, n);
+        }
+      }
+    }
+    if (index < 0) return slow(op, stack, n);
+    calls++;
+    if (view) {
+      op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+      return;
+    }
+    std::vector<c10::IValue> written;
+    written.reserve(returns_arg.size());
+    for (int a : returns_arg) written.push_back(a >= 0 ? (*stack)[base + a] : c10::IValue());
+    for (size_t i = base; i < stack->size(); i++) {
+      c10::IValue& v = (*stack)[i];
+      if (v.isTensor()) {
+        const at::Tensor& t = v.toTensor();
+        if (t.defined() && t.device().type() == c10::DeviceType::PrivateUse1) v = cpu_alias(t);
+      } else if (v.isTensorList()) {
+        c10::List<at::Tensor> out;
+        for (const at::Tensor& t : v.toTensorList()) out.push_back(t.device().type() == c10::DeviceType::PrivateUse1 ? cpu_alias(t) : t);
+        v = out;
+      } else if (v.isList()) {
+        auto list = v.toList();
+        bool any = false;
+        for (const c10::IValue& e : list) any = any || e.isTensor();
+        if (any) {
+          c10::List<std::optional<at::Tensor>> out;
+          for (const c10::IValue& e : list) {
+            if (e.isTensor() && e.toTensor().device().type() == c10::DeviceType::PrivateUse1) out.push_back(cpu_alias(e.toTensor()));
+            else out.push_back(e.isTensor() ? std::optional<at::Tensor>(e.toTensor()) : std::nullopt);
+          }
+          v = out;
+        }
+      }
+    }
+    op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+    const int dev = g_single.load(std::memory_order_relaxed) ? 0 : index;
+    const size_t m = returns_arg.size();
+    std::vector<const void*> seen;
+    for (size_t j = 0; j < m; j++) {
+      c10::IValue& r = (*stack)[stack->size() - m + j];
+      if (returns_arg[j] >= 0) {
+        r = written[j];
+      } else if (r.isTensor()) {
+        const at::Tensor& t = r.toTensor();
+        if (t.defined()) r = adopt(t, dev, seen);
+      } else if (r.isTensorList()) {
+        c10::List<at::Tensor> out;
+        for (const at::Tensor& t : r.toTensorList()) out.push_back(t.defined() ? adopt(t, dev, seen) : t);
+        r = out;
+      }
+    }
+  }
+};
+
+std::vector<std::unique_ptr<torch::Library>> g_libs;
+std::vector<Fast*> g_kernels;
+
+// Register the fast kernel for aten op `name` ("add.Tensor") on PrivateUse1. `returns_arg`: per return, the
+// argument index it writes (-1: fresh). `python`: the op's Python kernel, taken when the fast path cannot serve.
+int64_t register_op(const std::string& name, bool view, std::vector<int64_t> returns_arg, py::object python) {
+  auto k = std::make_unique<Fast>();
+  k->name = name;
+  k->view = view;
+  for (auto a : returns_arg) k->returns_arg.push_back(static_cast<int>(a));
+  k->python = python.release().ptr();
+  g_kernels.push_back(k.get());
+  auto lib = std::make_unique<torch::Library>(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1,
+                                              "ascendify/emulator/ops/cfast.cpp", 0);
+  lib->impl(name.c_str(), torch::CppFunction::makeFromBoxedFunctor(std::move(k)));
+  g_libs.push_back(std::move(lib));
+  return static_cast<int64_t>(g_kernels.size()) - 1;
+}
+
+py::dict counts() {
+  py::dict d;
+  for (auto* k : g_kernels) {
+    if (k->calls) d[py::str(k->name)] = py::int_(k->calls);
+  }
+  return d;
+}
+
+void reset_counts() {
+  for (auto* k : g_kernels) k->calls = 0;
+}
+
+void set_events(py::object fn) {
+  Py_XDECREF(g_events);
+  g_events = fn.release().ptr();
+}
+
+void set_mode(bool slow, bool single) {
+  g_slow.store(slow ? 1 : 0);
+  g_single.store(single ? 1 : 0);
+}
+
+py::dict addresses() {
+  py::dict d;
+  d["allocated"] = reinterpret_cast<uintptr_t>(g_allocated);
+  d["peak"] = reinterpret_cast<uintptr_t>(g_peak);
+  d["num_allocs"] = reinterpret_cast<uintptr_t>(g_allocs);
+  d["num_frees"] = reinterpret_cast<uintptr_t>(g_frees);
+  d["limit"] = reinterpret_cast<uintptr_t>(g_limit);
+  d["devices"] = kDevices;
+  return d;
+}
+
+// For tests: a CPU alias and an npu tensor made the way the kernels make them.
+at::Tensor alias_of(const at::Tensor& t) { return cpu_alias(t); }
+
+}  // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("register_op", &register_op);
+  m.def("counts", &counts);
+  m.def("reset_counts", &reset_counts);
+  m.def("set_events", &set_events);
+  m.def("set_mode", &set_mode);
+  m.def("addresses", &addresses);
+  m.def("alias_of", &alias_of);
+}
