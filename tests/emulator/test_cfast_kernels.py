@@ -21,6 +21,7 @@ needs_cxx = pytest.mark.skipif(cfast.module(build_if_missing=False) is None and 
 @needs_cxx
 def test_the_kernels_are_built_where_a_compiler_is(emulator):
     assert cfast.module() is not None, cfast.why()
+    assert emulator.report()["kernels"] == "c++"
 
 
 def test_which_ops_the_cxx_kernel_takes():
@@ -107,9 +108,8 @@ SCRIPT = textwrap.dedent("""
         loss = torch.nn.functional.cross_entropy(m(x), y)
         opt.zero_grad(); loss.backward(); opt.step()
     print(repr(loss.item()), float(sum(p.double().sum() for p in m.cpu().parameters())))
-    from ascendify.emulator.ops import cfast
     import sys
-    print("cxx" if cfast.module() is not None else "python", file=sys.stderr)
+    print(emu.report()["kernels"], file=sys.stderr)
 """)
 
 
@@ -123,5 +123,7 @@ def test_training_is_bit_identical_with_and_without_the_cxx_kernels(tmp_path):
         r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300)
         assert r.returncode == 0, r.stderr[-2000:]
         outs.append(r.stdout.strip())
-        assert r.stderr.strip().endswith("cxx" if flag == "1" else "python")
+        want = "c++" if flag == "1" else "python (ASCENDIFY_EMULATE_CKERNELS=0)"
+        assert r.stderr.strip().splitlines()[-1] == want
+
     assert outs[0] == outs[1]

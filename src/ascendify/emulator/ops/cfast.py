@@ -112,6 +112,11 @@ def module(build_if_missing: bool = True):
     return _mod
 
 
+def loaded() -> bool:
+    """True when the extension is loaded (never builds or loads it)."""
+    return _mod is not None
+
+
 def why() -> str:
     """Why :func:`module` gave None ("" when it loaded or was not tried)."""
     return _why

@@ -31,7 +31,18 @@ def build() -> dict:
         "peak_memory_bytes": max((d["peak_bytes"] for d in devices), default=0),
         "memory": devices,
         "graph_mode": events.build(),
+        "kernels": _kernels(),
     }
+
+
+def _kernels() -> str:
+    """Which kernels served: "c++" (ops/cfast.cpp, with the Python ones for what it hands over) or "python"
+    with the reason."""
+    from ascendify.emulator.ops import cfast
+
+    if cfast.loaded():
+        return "c++"
+    return f"python ({cfast.why() or 'the C++ kernels were not loaded'})"
 
 
 def render(rep: dict, console=None, top: int = 10) -> None:
@@ -51,6 +62,8 @@ def render(rep: dict, console=None, top: int = 10) -> None:
     t.add_row("fp16 overflow events", str(sum(rep["fp16_overflow_events"].values())))
     t.add_row("HCCL rule violations", str(sum(rep.get("hccl_rule_violations", {}).values())))
     t.add_row("peak device memory", format_bytes(rep["peak_memory_bytes"]))
+    if rep.get("kernels"):
+        t.add_row("kernels", rep["kernels"])
     g = rep.get("graph_mode")
     if g:
         t.add_row("torch.compile: graphs compiled", str(g["compiled_graphs"]))
