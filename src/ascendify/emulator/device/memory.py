@@ -46,6 +46,8 @@ class DeviceMemory:
     def sync_limits(self) -> None:
         """Tell the C++ kernels each device's capacity (after the setting or a fraction changed)."""
         limit = getattr(self, "_limit", None)
+        if not isinstance(self.settings.memory_capacity, int):  # "16G" during update(), parsed by validate()
+            return
         if limit is not None:
             for i in range(len(limit)):
                 limit[i] = min(self.capacity(i), (1 << 62))
