@@ -127,3 +127,25 @@ def test_training_is_bit_identical_with_and_without_the_cxx_kernels(tmp_path):
         assert r.stderr.strip().splitlines()[-1] == want
 
     assert outs[0] == outs[1]
+
+
+@needs_cxx
+def test_convolution_runs_the_cpu_convolution_in_cxx(fresh_report):
+    """convolution's overrideable pair: the C++ kernel runs aten.convolution / convolution_backward on aliases."""
+    torch.manual_seed(0)
+    conv = torch.nn.Conv2d(3, 4, 3, padding=1, groups=1)
+    x = torch.randn(2, 3, 8, 8)
+    ref = conv(x)
+    ref.sum().backward()
+    npu = torch.nn.Conv2d(3, 4, 3, padding=1).npu()
+    npu.load_state_dict(conv.state_dict())
+    before = dict(cfast.module().counts())
+    out = npu(x.npu())
+    out.sum().backward()
+    assert torch.equal(out.cpu(), ref.detach())
+    assert torch.equal(npu.weight.grad.cpu(), conv.weight.grad) and torch.equal(npu.bias.grad.cpu(), conv.bias.grad)
+    after = cfast.module().counts()
+    for name in ("convolution_overrideable", "convolution_backward_overrideable"):
+        assert after.get(name, 0) > before.get(name, 0)
+    with pytest.raises(RuntimeError, match="npu"):  # a CPU weight next to an npu input: the Python kernel's error
+        torch.nn.functional.conv2d(x.npu(), conv.weight.detach())

@@ -17,6 +17,7 @@
 #include <torch/csrc/jit/python/pybind_utils.h>
 
 #include <atomic>
+#include <optional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -99,6 +100,8 @@ inline Check check(const at::Tensor& t, int& index) {
 struct Fast final : c10::OperatorKernel {
   std::string name;
   bool view = false;
+  std::optional<c10::OperatorHandle> target;  // run this CPU op instead (convolution for convolution_overrideable)
+  bool bias_sizes = false;  // convolution_backward_overrideable -> convolution_backward: insert its bias_sizes
   std::vector<int> returns_arg;  // per return: the argument it writes and returns, or -1 (a fresh result)
   PyObject* python = nullptr;     // the op's Python kernel (never released: it lives as long as the process)
   int64_t calls = 0;
@@ -207,7 +210,18 @@ struct Fast final : c10::OperatorKernel {
         }
       }
     }
-    op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+    if (target) {
+      if (bias_sizes) {  // (grad_output, input, weight, [bias_sizes], stride, padding, dilation, transposed, ...)
+        const at::Tensor& w = (*stack)[base + 2].toTensor();
+        const bool transposed = (*stack)[base + 6].toBool();
+        const int64_t groups = (*stack)[base + 8].toInt();
+        std::vector<int64_t> sizes{transposed ? w.size(1) * groups : w.size(0)};
+        stack->insert(stack->begin() + static_cast<std::ptrdiff_t>(base + 3), c10::IValue(sizes));
+      }
+      target->redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+    } else {
+      op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+    }
     const int dev = g_single.load(std::memory_order_relaxed) ? 0 : index;
     const size_t m = returns_arg.size();
     std::vector<const void*> seen;
@@ -227,15 +241,57 @@ struct Fast final : c10::OperatorKernel {
   }
 };
 
+// The npu device guard, as PyTorch's Python one (torch/csrc/acc: one device seen by the guard, default streams,
+// no events) but without calling into Python for the device type: autograd nodes, DeviceGuards and stream
+// guards ask for it many times per op.
+struct Guard final : c10::impl::DeviceGuardImplInterface {
+  c10::DeviceType type() const override { return c10::DeviceType::PrivateUse1; }
+  c10::Device exchangeDevice(c10::Device) const override { return getDevice(); }
+  c10::Device getDevice() const override { return c10::Device(c10::DeviceType::PrivateUse1, 0); }
+  void setDevice(c10::Device) const override {}
+  void uncheckedSetDevice(c10::Device) const noexcept override {}
+  c10::Stream getStream(c10::Device) const noexcept override {
+    return c10::Stream(c10::Stream::DEFAULT, c10::Device(c10::DeviceType::PrivateUse1, 0));
+  }
+  c10::Stream getNewStream(c10::Device, int) const override {
+    return c10::Stream(c10::Stream::DEFAULT, c10::Device(c10::DeviceType::PrivateUse1, 0));
+  }
+  c10::Stream exchangeStream(c10::Stream) const noexcept override {
+    return c10::Stream(c10::Stream::DEFAULT, c10::Device(c10::DeviceType::PrivateUse1, 0));
+  }
+  c10::DeviceIndex deviceCount() const noexcept override { return 1; }
+  void record(void**, const c10::Stream&, const c10::DeviceIndex, const c10::EventFlag) const override {}
+  void block(void*, const c10::Stream&) const override {}
+  bool queryEvent(void*) const override { return true; }
+  void destroyEvent(void*, const c10::DeviceIndex) const noexcept override {}
+  bool queryStream(const c10::Stream&) const override { return true; }
+  void synchronizeStream(const c10::Stream&) const override {}
+};
+
+// Replace the registered (Python) PrivateUse1 guard with the C++ one; it stays registered for the process.
+void install_guard() {
+  static Guard guard;
+  c10::impl::DeviceGuardImplRegistrar(c10::DeviceType::PrivateUse1, &guard);
+}
+
 std::vector<std::unique_ptr<torch::Library>> g_libs;
 std::vector<Fast*> g_kernels;
 
 // Register the fast kernel for aten op `name` ("add.Tensor") on PrivateUse1. `returns_arg`: per return, the
 // argument index it writes (-1: fresh). `python`: the op's Python kernel, taken when the fast path cannot serve.
-int64_t register_op(const std::string& name, bool view, std::vector<int64_t> returns_arg, py::object python) {
+int64_t register_op(const std::string& name, bool view, std::vector<int64_t> returns_arg, py::object python,
+                    const std::string& target, bool bias_sizes) {
   auto k = std::make_unique<Fast>();
   k->name = name;
   k->view = view;
+  if (!target.empty()) {
+    auto dot = target.find('.');
+    auto handle = c10::Dispatcher::singleton().findSchema(
+        {"aten::" + target.substr(0, dot), dot == std::string::npos ? "" : target.substr(dot + 1)});
+    TORCH_CHECK(handle.has_value(), "ascendify cfast: no op aten::", target);
+    k->target = *handle;
+    k->bias_sizes = bias_sizes;
+  }
   for (auto a : returns_arg) k->returns_arg.push_back(static_cast<int>(a));
   k->python = python.release().ptr();
   g_kernels.push_back(k.get());
@@ -285,7 +341,9 @@ at::Tensor alias_of(const at::Tensor& t) { return cpu_alias(t); }
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("register_op", &register_op);
+  m.def("register_op", &register_op, py::arg("name"), py::arg("view"), py::arg("returns_arg"), py::arg("python"),
+        py::arg("target") = "", py::arg("bias_sizes") = false);
+  m.def("install_guard", &install_guard);
   m.def("counts", &counts);
   m.def("reset_counts", &reset_counts);
   m.def("set_events", &set_events);

@@ -366,9 +366,14 @@ def make_kernel(op):
     return kernel
 
 
-def _counted(name: str, fn):
+def _overload(name: str):
+    """``"add.Tensor"`` -> ``torch.ops.aten.add.Tensor``; ``"relu"`` -> ``torch.ops.aten.relu.default``."""
     base, _, overload = name.partition(".")
-    inf = info(getattr(getattr(torch.ops.aten, base), overload or "default"))
+    return getattr(getattr(torch.ops.aten, base), overload or "default")
+
+
+def _counted(name: str, fn):
+    inf = info(_overload(name))
 
     def kernel(*args, **kwargs):
         inf.calls += 1
@@ -384,8 +389,15 @@ def register(lib: torch.library.Library) -> int:
     lib_fallback.fallback(_fallback, "PrivateUse1")
     _aten_lib[:] = [lib_aten]
     n = 0
+    mod = cfast.module()
     for name, pol in table.direct_entries():
         kernel = _counted(name, pol.kernel)
+        if mod is not None and pol.cxx_as and not pol.keys:  # the C++ kernel, with this one as its fallback
+            nret = len(_overload(name)._schema.returns)
+            mod.register_op(name, False, [-1] * nret, kernel, target=pol.cxx_as,
+                            bias_sizes=name == "convolution_backward_overrideable")
+            n += 1
+            continue
         for key in ("PrivateUse1", *pol.keys):
             lib_aten.impl(name, kernel, key)
         n += 1

@@ -6,7 +6,9 @@ otherwise (``"copy_"``, ``"index.Tensor"``, ``"pow.Tensor_Scalar"``). An :class:
 - ``kernel``: the op's own kernel instead of the generic one (copies across devices, ``empty``, ``resize_``,
   convolution's "overrideable" pair, the fused RNN cells, SDPA); ``direct``: registered on ``PrivateUse1``
   itself rather than reached through the boxed fallback (the hottest of them); ``keys``: further dispatch
-  keys its kernel is registered for (SDPA also on ``AutogradPrivateUse1``);
+  keys its kernel is registered for (SDPA also on ``AutogradPrivateUse1``); ``cxx_as``: the CPU op the C++
+  kernels (:mod:`.cfast`) may run for it on CPU aliases instead of its own kernel (convolution's pair, whose
+  own kernels do just that in Python);
 - ``cpu_args_ok``: CPU tensors may sit next to ``npu`` ones (indexing with a CPU index, as on CUDA);
 - ``no_npu_kernel``: torch_npu has no NPU kernel for it (on hardware: CPU fallback with a warning, or an error
   under ``TORCH_NPU_FALLBACK_CPU_DISABLE=1``); the fidelity checks report or reject it;
@@ -48,6 +50,7 @@ class OpPolicy:
     autocast: str | None = None
     autocast_target: str | None = None
     fast_path: bool = True
+    cxx_as: str | None = None
 
 
 DEFAULT = OpPolicy()
@@ -73,8 +76,9 @@ _ENTRIES: dict[str, OpPolicy] = {
     "record_stream": OpPolicy(kernel=special.record_stream),
     "_has_compatible_shallow_copy_type": OpPolicy(kernel=special.has_compatible_shallow_copy_type, direct=True),
     "_efficientzerotensor": OpPolicy(kernel=special.efficientzerotensor),
-    "convolution_overrideable": OpPolicy(kernel=special.conv_overrideable, direct=True),
-    "convolution_backward_overrideable": OpPolicy(kernel=special.conv_backward_overrideable, direct=True),
+    "convolution_overrideable": OpPolicy(kernel=special.conv_overrideable, direct=True, cxx_as="convolution"),
+    "convolution_backward_overrideable": OpPolicy(kernel=special.conv_backward_overrideable, direct=True,
+                                                  cxx_as="convolution_backward"),
     # PyTorch picks SDPA's implementation per device type; follow the CPU's choice (see attention.py)
     "scaled_dot_product_attention": OpPolicy(kernel=attention.sdpa, direct=True, keys=("AutogradPrivateUse1",)),
     # ops that legitimately take CPU tensors next to device tensors (as on CUDA)
