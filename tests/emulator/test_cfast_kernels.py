@@ -149,3 +149,19 @@ def test_convolution_runs_the_cpu_convolution_in_cxx(fresh_report):
         assert after.get(name, 0) > before.get(name, 0)
     with pytest.raises(RuntimeError, match="npu"):  # a CPU weight next to an npu input: the Python kernel's error
         torch.nn.functional.conv2d(x.npu(), conv.weight.detach())
+
+
+def test_without_a_working_compiler_the_python_kernels_serve_and_say_why(tmp_path):
+    """A failed build: the Python kernels, the reason in the report, and no second build in the next process."""
+    code = ("import torch, ascendify.emulator as emu; emu.enable(); "
+            "assert torch.equal((torch.ones(3, device='npu') * 2).cpu(), torch.full((3,), 2.0)); "
+            "print(emu.report()['kernels'])")
+    env = {**os.environ, "CXX": "/bin/false", "ASCENDIFY_CACHE": str(tmp_path), cfast.ENV: "1"}
+    said = []
+    for _ in range(2):
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+        assert r.returncode == 0, r.stderr[-2000:]
+        said.append(r.stdout.strip().splitlines()[-1])
+    assert said[0].startswith("python (the C++ build failed")
+    assert "remove" in said[1] and ".failed to try again" in said[1]  # the second process did not build again
+    assert list((tmp_path / "cfast").glob("*.failed"))

@@ -11,7 +11,8 @@ Built on first use with the system's C++ compiler against the installed torch (a
 torch version; ``python -m ascendify.emulator.ops.cfast`` builds it ahead, as ``scripts/setup.sh`` does) into
 ``$ASCENDIFY_CACHE`` (default ``~/.cache/ascendify``), keyed by the source, torch and Python. Where there is no
 compiler, the build fails, or ``ASCENDIFY_EMULATE_CKERNELS=0``, :func:`module` returns None and every op keeps
-its Python kernel: same results, slower.
+its Python kernel: same results, slower. A failed build leaves a ``.failed`` file with the reason next to where the
+library would be, so later processes do not try again; ``python -m ascendify.emulator.ops.cfast`` does.
 """
 
 from __future__ import annotations
@@ -94,13 +95,21 @@ def module(build_if_missing: bool = True):
         source = SOURCE.read_text()
         name = f"ascendify_cfast_{_tag(source)}"
         dest = _cache_dir() / f"{name}{sysconfig.get_config_var('EXT_SUFFIX') or '.so'}"
+        failed = dest.with_suffix(".failed")
         if not dest.exists():
+            if failed.exists():  # a build failed before for this source, torch and Python: not again each process
+                _why = failed.read_text().strip() + f" (remove {failed} to try again)"
+                return None
             if not build_if_missing:
                 _why = "not built yet"
                 return None
             err = build(dest, name, quiet=not sys.stderr.isatty())
             if err:
                 _why = err
+                try:
+                    failed.write_text(err + "\n")
+                except OSError:
+                    pass
                 return None
         spec = importlib.util.spec_from_loader(name, importlib.machinery.ExtensionFileLoader(name, str(dest)))
         mod = importlib.util.module_from_spec(spec)
@@ -167,6 +176,12 @@ def attach() -> bool:
 
 
 def main() -> int:
+    """Build (again, after a failure) and load; say which."""
+    try:
+        name = f"ascendify_cfast_{_tag(SOURCE.read_text())}"
+        (_cache_dir() / f"{name}{sysconfig.get_config_var('EXT_SUFFIX') or '.so'}").with_suffix(".failed").unlink()
+    except OSError:
+        pass
     mod = module()
     if mod is None:
         print(f"ascendify: the emulator's C++ kernels are not available: {_why}", file=sys.stderr)
