@@ -26,8 +26,8 @@ STEPS = 3
 BATCH = 8  # global batch: divisible by 1, 2 and 4 ranks
 LR = 0.1
 DEV = os.environ.get("SHARDED_DEVICE", "npu")  # "cpu": the same job on gloo, to compare with PyTorch's own
-FEATURES = ["dtensor", "fsdp2", "fsdp2_mixed", "fsdp2_offload", "fsdp2_meta", "hsdp", "fsdp1", "tp", "sp", "mesh2d",
-            "dcp"]
+FEATURES = ["dtensor", "fsdp2", "fsdp2_mixed", "fsdp2_offload", "fsdp2_meta", "hsdp", "fsdp1", "tp", "tp_attention",
+            "sp", "mesh2d", "dcp"]
 
 
 # -- the models and data (shared with the single-process reference) ----------------------------------------------
@@ -52,6 +52,23 @@ class SeqBlock(torch.nn.Module):
 
     def forward(self, x):
         return self.fc2(torch.relu(self.fc1(self.norm(x))))
+
+
+class AttnBlock(torch.nn.Module):
+    """Causal self-attention with 4 heads through ``F.scaled_dot_product_attention``: tensor parallel over heads."""
+
+    heads = 4
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.wq, self.wk, self.wv, self.wo = (torch.nn.Linear(16, 16) for _ in range(4))
+
+    def forward(self, x):
+        b, s, d = x.shape
+        q, k, v = (w(x).view(b, s, self.heads, d // self.heads).transpose(1, 2) for w in (self.wq, self.wk, self.wv))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.wo(y.transpose(1, 2).reshape(b, s, d))
 
 
 def mlp_data():
@@ -91,8 +108,8 @@ def reference_mlp(dtype: torch.dtype | None = None) -> list[float]:
     return losses
 
 
-def reference_seq() -> list[float]:
-    model = SeqBlock()
+def reference_seq(make=None) -> list[float]:
+    model = (make or SeqBlock)()
     opt = torch.optim.SGD(model.parameters(), lr=LR)
     losses = []
     for x, y in seq_data():
@@ -246,6 +263,28 @@ def feature_tp(rank, world, out, ckpt_in):
         opt.step()
         losses.append(loss.item())
     return {"losses": losses, "fc1_local_rows": model.fc1.weight.to_local().shape[0]}
+
+
+def feature_tp_attention(rank, world, out, ckpt_in):
+    """Attention heads split across ranks: q/k/v stay DTensors (sharded on heads) into SDPA, as in pytorch/examples'
+    FSDP + TP Llama; the emulator runs the CPU's flash kernel there, with DTensor sharding rules for it."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    mesh = init_device_mesh(DEV, (world,))
+    model = AttnBlock().to(DEV)
+    plan = {name: ColwiseParallel(use_local_output=False) for name in ("wq", "wk", "wv")}
+    plan["wo"] = RowwiseParallel()
+    parallelize_module(model, mesh, plan)
+    opt = torch.optim.SGD(model.parameters(), lr=LR, foreach=False)
+    losses = []
+    for x, y in seq_data():
+        opt.zero_grad()
+        loss = F.mse_loss(model(x.to(DEV)), y.to(DEV))
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return {"losses": losses, "wq_local_rows": model.wq.weight.to_local().shape[0]}
 
 
 def feature_sp(rank, world, out, ckpt_in):

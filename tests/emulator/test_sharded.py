@@ -62,7 +62,7 @@ def jobs(tmp_path_factory):
 @pytest.fixture(scope="module")
 def references():
     return {"mlp": worker.reference_mlp(), "mlp_bf16": worker.reference_mlp(torch.bfloat16),
-            "seq": worker.reference_seq()}
+            "seq": worker.reference_seq(), "attn": worker.reference_seq(worker.AttnBlock)}
 
 
 def _feature(jobs, world: int, name: str) -> list[dict]:
@@ -80,6 +80,7 @@ LOSS_FEATURES = {
     "hsdp": ("mlp", 1e-5),  # FSDP2 on a (replicate, shard) mesh
     "fsdp1": ("mlp", 1e-5),
     "tp": ("seq", 1e-5),
+    "tp_attention": ("attn", 1e-5),  # heads sharded into SDPA (DTensor rules for the CPU flash kernel)
     "sp": ("seq", 1e-5),
     "mesh2d": ("seq", 1e-5),
 }
@@ -138,6 +139,7 @@ def test_device_mesh_and_dtensor(jobs, world):
         assert r["sum"] == 2.0 * n * (n - 1) / 2
     tp = _feature(jobs, world, "tp")
     assert all(r["fc1_local_rows"] == 32 // world for r in tp)
+    assert all(r["wq_local_rows"] == 16 // world for r in _feature(jobs, world, "tp_attention"))  # heads split
     mesh2d = _feature(jobs, world, "mesh2d")
     assert all(r["mesh_shape"] == [world // 2, 2] for r in mesh2d)
     hsdp = _feature(jobs, world, "hsdp")

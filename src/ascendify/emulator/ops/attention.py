@@ -10,6 +10,8 @@ tensors do, as the CPU's own call sees them) and follow it, so the emulator stay
 
 from __future__ import annotations
 
+import sys
+
 import torch
 
 from ascendify.emulator.device.tensors import cpu_alias
@@ -51,8 +53,53 @@ def _choose(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gq
     )
 
 
+def _is_dtensor(t) -> bool:
+    mod = sys.modules.get("torch.distributed.tensor")
+    cls = getattr(mod, "DTensor", None) if mod is not None else None
+    return cls is not None and isinstance(t, cls)
+
+
+_dtensor_rules: list = []
+
+
+def dtensor_rules() -> bool:
+    """Sharding rules for the CPU's flash-attention pair, which this kernel runs for npu tensors: DTensor knows
+    CUDA's flash/efficient/cuDNN attention ops but not the CPU's, so tensor-parallel attention (heads sharded,
+    ``Shard(1)``), batch sharding (``Shard(0)``) and replication get the rules CUDA's flash op has. Registered
+    at the first DTensor seen; False where this torch has no such API (DTensor then says what it lacks)."""
+    if _dtensor_rules:
+        return _dtensor_rules[0]
+    try:
+        from torch.distributed.tensor._op_schema import RuntimeSchemaInfo
+        from torch.distributed.tensor._ops.utils import expand_to_full_mesh_op_strategy, register_op_strategy
+        from torch.distributed.tensor.placement_types import Replicate, Shard
+    except ImportError:
+        _dtensor_rules.append(False)
+        return False
+    aten = torch.ops.aten
+
+    @register_op_strategy(aten._scaled_dot_product_flash_attention_for_cpu.default,
+                          schema_info=RuntimeSchemaInfo(3))
+    def _forward(op_schema):
+        # placements of [output, logsumexp, query, key, value]
+        lists = [[Replicate()] * 5, [Shard(1)] * 5, [Shard(0)] * 5]
+        return expand_to_full_mesh_op_strategy(op_schema.get_mesh_from_args(), op_schema, lists, input_index=2)
+
+    @register_op_strategy(aten._scaled_dot_product_flash_attention_for_cpu_backward.default)
+    def _backward(op_schema):
+        # [grad_q, grad_k, grad_v, grad_out, query, key, value, out, logsumexp]
+        lists = [[Replicate()] * 9, [Shard(1)] * 9, [Shard(0)] * 9]
+        return expand_to_full_mesh_op_strategy(op_schema.get_mesh_from_args(validate=False), op_schema, lists,
+                                               input_index=3)
+
+    _dtensor_rules.append(True)
+    return True
+
+
 def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
     aten = torch.ops.aten
+    if not _dtensor_rules and any(_is_dtensor(t) for t in (query, key, value, attn_mask)):
+        dtensor_rules()
     if any(t is not None and _is_traced(t) for t in (query, key, value, attn_mask)):
         # torch.compile tracing: ask the chooser outside the trace, on real (empty) CPU tensors of the same
         # metadata, so the traced graph records the path the CPU takes and no chooser call
