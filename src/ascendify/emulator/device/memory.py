@@ -30,10 +30,13 @@ class DeviceMemory:
         self._live: dict[int, tuple[weakref.ref, int, int]] = {}  # data_ptr -> (ref, nbytes, index)
         self._ptr_of: dict[int, int] = {}  # id(ref) -> data_ptr
         self._on_free = self._release  # one bound method for every weak reference
+        self._account = None  # the C++ kernels' atomic counting, once attached
 
-    def attach(self, addresses: dict) -> None:
+    def attach(self, addresses: dict, account=None) -> None:
         """Keep the byte counters in the C++ kernels' arrays (:mod:`ascendify.emulator.ops.cfast`), so both
-        count into one place; the current values move along. Also keeps the C++ capacity limits in step."""
+        count into one place; the current values move along. Also keeps the C++ capacity limits in step.
+        ``account(index, nbytes, allocs, frees)``: the kernels' atomic update, which counting here then uses
+        (the kernels count without the GIL: a read-modify-write here would lose their updates)."""
         n = int(addresses["devices"])
         for name in ("allocated", "peak", "num_allocs", "num_frees"):
             arr = (ctypes.c_int64 * n).from_address(int(addresses[name]))
@@ -41,6 +44,7 @@ class DeviceMemory:
                 arr[i] = v
             setattr(self, name, arr)
         self._limit = (ctypes.c_int64 * n).from_address(int(addresses["limit"]))
+        self._account = account
         self.sync_limits()
 
     def sync_limits(self) -> None:
@@ -81,6 +85,9 @@ class DeviceMemory:
         ref = weakref.ref(storage, self._on_free)
         self._live[ptr] = (ref, nbytes, index)
         self._ptr_of[id(ref)] = ptr
+        if self._account is not None:
+            self._account(index, nbytes, 1, 0)
+            return
         self.allocated[index] = a
         self.num_allocs[index] += 1
         if a > self.peak[index]:
@@ -90,6 +97,9 @@ class DeviceMemory:
         entry = self._live.pop(self._ptr_of.pop(id(ref), -1), None)
         if entry is not None:
             _, nbytes, index = entry
+            if self._account is not None:
+                self._account(index, -nbytes, 0, 1)
+                return
             self.allocated[index] -= nbytes
             self.num_frees[index] += 1
 

@@ -43,6 +43,13 @@ struct Ctx {
   int64_t counted;  // bytes counted as device memory (0: an alias, not counted)
 };
 
+// Raise device `index`'s peak to `a` if above (a compare-and-swap loop: threads may count at once).
+inline void raise_peak(int index, int64_t a) {
+  int64_t p = __atomic_load_n(&g_peak[index], __ATOMIC_RELAXED);
+  while (a > p && !__atomic_compare_exchange_n(&g_peak[index], &p, a, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+  }
+}
+
 void release(void* p) {
   auto* c = static_cast<Ctx*>(p);
   if (c->counted > 0) {
@@ -52,22 +59,49 @@ void release(void* p) {
   delete c;
 }
 
-// A tensor over `src`'s whole storage with the same sizes, strides and offset, tagged `device`.
-at::Tensor rewrap(const at::Tensor& src, c10::Device device, c10::DispatchKey key, int index, int64_t counted) {
-  const c10::Storage& st = src.storage();
+// A storage over `st`'s memory tagged `device`, keeping `st` alive (and counting `counted` bytes until it dies).
+c10::Storage rewrap_storage(const c10::Storage& st, c10::Device device, int index, int64_t counted) {
   auto* ctx = new Ctx{st, index, counted};
   c10::DataPtr dp(st.mutable_data(), ctx, &release, device);
-  auto impl = c10::make_intrusive<c10::StorageImpl>(c10::StorageImpl::use_byte_size_t(), st.nbytes(), std::move(dp),
-                                                    nullptr, false);
-  auto t = at::detail::make_tensor<c10::TensorImpl>(c10::Storage(std::move(impl)), c10::DispatchKeySet(key),
-                                                    src.dtype());
+  return c10::Storage(c10::make_intrusive<c10::StorageImpl>(c10::StorageImpl::use_byte_size_t(), st.nbytes(),
+                                                            std::move(dp), nullptr, false));
+}
+
+// A tensor over `storage` with `src`'s sizes, strides, offset and dtype.
+at::Tensor over(c10::Storage storage, const at::Tensor& src, c10::DispatchKey key) {
+  auto t = at::detail::make_tensor<c10::TensorImpl>(std::move(storage), c10::DispatchKeySet(key), src.dtype());
   t.unsafeGetTensorImpl()->set_sizes_and_strides(src.sizes(), src.strides(), src.storage_offset());
   return t;
+}
+
+// A tensor over `src`'s whole storage with the same sizes, strides and offset, tagged `device`.
+at::Tensor rewrap(const at::Tensor& src, c10::Device device, c10::DispatchKey key, int index, int64_t counted) {
+  return over(rewrap_storage(src.storage(), device, index, counted), src, key);
 }
 
 inline at::Tensor cpu_alias(const at::Tensor& t) {
   return rewrap(t, c10::Device(c10::kCPU), c10::DispatchKey::CPU, 0, 0);
 }
+
+// The wrapped storages of one call, one per storage wrapped: tensors that share memory before (arguments that
+// are views of one npu tensor, results over one CPU storage) share one storage after, so that the CPU kernels'
+// memory-overlap checks (Storage::is_alias_of) see it, and memory is counted once, until the last one dies.
+struct Wrapped {
+  std::vector<std::pair<c10::Storage, c10::Storage>> v;  // (storage wrapped, its wrapper)
+  const c10::Storage* find(const c10::Storage& st) const {
+    for (const auto& p : v) if (p.first.unsafeGetStorageImpl() == st.unsafeGetStorageImpl()) return &p.second;
+    return nullptr;
+  }
+  // A CPU alias of npu tensor `t`.
+  at::Tensor cpu(const at::Tensor& t) {
+    const c10::Storage* s = find(t.storage());
+    if (s == nullptr) {
+      v.emplace_back(t.storage(), rewrap_storage(t.storage(), c10::Device(c10::kCPU), 0, 0));
+      s = &v.back().second;
+    }
+    return over(*s, t, c10::DispatchKey::CPU);
+  }
+};
 
 // Python objects are made and dropped only while the GIL is held (the kernels run without it).
 void event(const char* kind, const std::string& name, const std::string& text, int64_t a = 0, int64_t b = 0) {
@@ -135,28 +169,25 @@ struct Fast final : c10::OperatorKernel {
     }
   }
 
-  at::Tensor adopt(const at::Tensor& r, int index, std::vector<const void*>& seen) {
+  // The npu tensor over CPU result `r`'s memory: one npu storage per CPU storage among the results (counted
+  // once, as device memory, where it is fresh memory).
+  at::Tensor adopt(const at::Tensor& r, int index, Wrapped& results) {
     const auto st = r.scalar_type();
     if (st == at::kDouble || st == at::kComplexDouble) {
       event("float64", name, c10::toString(st));
     }
-    int64_t counted = 0;
     const c10::Storage& s = r.storage();
+    if (const c10::Storage* done = results.find(s)) return over(*done, r, c10::DispatchKey::PrivateUse1);
+    int64_t counted = 0;
     if (s.resizable() && s.nbytes() > 0) {  // fresh CPU allocator memory (aliases are not resizable)
-      const void* key = s.unsafeGetStorageImpl();
-      bool dup = false;
-      for (auto* k : seen) dup = dup || k == key;
-      if (!dup) {
-        seen.push_back(key);
-        counted = static_cast<int64_t>(s.nbytes());
-        if (g_allocated[index] + counted > g_limit[index]) event("oom", name, "", counted, index);
-        const int64_t a = __atomic_add_fetch(&g_allocated[index], counted, __ATOMIC_RELAXED);
-        __atomic_add_fetch(&g_allocs[index], 1, __ATOMIC_RELAXED);
-        if (a > g_peak[index]) g_peak[index] = a;
-      }
+      counted = static_cast<int64_t>(s.nbytes());
+      if (g_allocated[index] + counted > g_limit[index]) event("oom", name, "", counted, index);
+      __atomic_add_fetch(&g_allocs[index], 1, __ATOMIC_RELAXED);
+      raise_peak(index, __atomic_add_fetch(&g_allocated[index], counted, __ATOMIC_RELAXED));
     }
-    return rewrap(r, c10::Device(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(index)),
-                  c10::DispatchKey::PrivateUse1, index, counted);
+    const c10::Device device(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(index));
+    results.v.emplace_back(s, rewrap_storage(s, device, index, counted));
+    return over(results.v.back().second, r, c10::DispatchKey::PrivateUse1);
   }
 
   void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
@@ -184,6 +215,7 @@ struct Fast final : c10::OperatorKernel {
       op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
       return;
     }
+    Wrapped args;  // one CPU alias storage per npu storage among the arguments
     std::vector<c10::IValue> written;
     written.reserve(returns_arg.size());
     for (int a : returns_arg) written.push_back(a >= 0 ? (*stack)[base + a] : c10::IValue());
@@ -191,10 +223,12 @@ struct Fast final : c10::OperatorKernel {
       c10::IValue& v = (*stack)[i];
       if (v.isTensor()) {
         const at::Tensor& t = v.toTensor();
-        if (t.defined() && t.device().type() == c10::DeviceType::PrivateUse1) v = cpu_alias(t);
+        if (t.defined() && t.device().type() == c10::DeviceType::PrivateUse1) v = args.cpu(t);
       } else if (v.isTensorList()) {
         c10::List<at::Tensor> out;
-        for (const at::Tensor& t : v.toTensorList()) out.push_back(t.device().type() == c10::DeviceType::PrivateUse1 ? cpu_alias(t) : t);
+        for (const at::Tensor& t : v.toTensorList()) {
+          out.push_back(t.defined() && t.device().type() == c10::DeviceType::PrivateUse1 ? args.cpu(t) : t);
+        }
         v = out;
       } else if (v.isList()) {
         auto list = v.toList();
@@ -203,7 +237,7 @@ struct Fast final : c10::OperatorKernel {
         if (any) {
           c10::List<std::optional<at::Tensor>> out;
           for (const c10::IValue& e : list) {
-            if (e.isTensor() && e.toTensor().device().type() == c10::DeviceType::PrivateUse1) out.push_back(cpu_alias(e.toTensor()));
+            if (e.isTensor() && e.toTensor().device().type() == c10::DeviceType::PrivateUse1) out.push_back(args.cpu(e.toTensor()));
             else out.push_back(e.isTensor() ? std::optional<at::Tensor>(e.toTensor()) : std::nullopt);
           }
           v = out;
@@ -224,17 +258,17 @@ struct Fast final : c10::OperatorKernel {
     }
     const int dev = g_single.load(std::memory_order_relaxed) ? 0 : index;
     const size_t m = returns_arg.size();
-    std::vector<const void*> seen;
+    Wrapped results;
     for (size_t j = 0; j < m; j++) {
       c10::IValue& r = (*stack)[stack->size() - m + j];
       if (returns_arg[j] >= 0) {
         r = written[j];
       } else if (r.isTensor()) {
         const at::Tensor& t = r.toTensor();
-        if (t.defined()) r = adopt(t, dev, seen);
+        if (t.defined()) r = adopt(t, dev, results);
       } else if (r.isTensorList()) {
         c10::List<at::Tensor> out;
-        for (const at::Tensor& t : r.toTensorList()) out.push_back(t.defined() ? adopt(t, dev, seen) : t);
+        for (const at::Tensor& t : r.toTensorList()) out.push_back(t.defined() ? adopt(t, dev, results) : t);
         r = out;
       }
     }
@@ -293,11 +327,12 @@ int64_t register_op(const std::string& name, bool view, std::vector<int64_t> ret
     k->bias_sizes = bias_sizes;
   }
   for (auto a : returns_arg) k->returns_arg.push_back(static_cast<int>(a));
-  k->python = python.release().ptr();
-  g_kernels.push_back(k.get());
+  Fast* kernel = k.get();  // owned by the registration below; listed only once that succeeded
   auto lib = std::make_unique<torch::Library>(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1,
                                               "ascendify/emulator/ops/cfast.cpp", 0);
   lib->impl(name.c_str(), torch::CppFunction::makeFromBoxedFunctor(std::move(k)));
+  kernel->python = python.release().ptr();
+  g_kernels.push_back(kernel);
   g_libs.push_back(std::move(lib));
   return static_cast<int64_t>(g_kernels.size()) - 1;
 }
@@ -322,6 +357,18 @@ void set_events(py::object fn) {
 void set_mode(bool slow, bool single) {
   g_slow.store(slow ? 1 : 0);
   g_single.store(single ? 1 : 0);
+}
+
+// The Python side's counting (memory.py: tensors adopted by the Python kernels), with the same atomic updates as
+// the kernels' (which run without the GIL, so a read-modify-write in Python could lose theirs). Returns the
+// bytes now allocated on device `index`.
+int64_t account(int index, int64_t nbytes, int64_t allocs, int64_t frees) {
+  TORCH_CHECK(index >= 0 && index < kDevices, "ascendify cfast: no device ", index);
+  if (allocs) __atomic_add_fetch(&g_allocs[index], allocs, __ATOMIC_RELAXED);
+  if (frees) __atomic_add_fetch(&g_frees[index], frees, __ATOMIC_RELAXED);
+  const int64_t a = __atomic_add_fetch(&g_allocated[index], nbytes, __ATOMIC_RELAXED);
+  raise_peak(index, a);
+  return a;
 }
 
 py::dict addresses() {
@@ -349,5 +396,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("set_events", &set_events);
   m.def("set_mode", &set_mode);
   m.def("addresses", &addresses);
+  m.def("account", &account);
   m.def("alias_of", &alias_of);
 }

@@ -147,7 +147,7 @@ def attach() -> bool:
     from ascendify.emulator.ops import fidelity
 
     mod.install_guard()  # after backend.install registered the Python one: the same answers, no Python call
-    runtime.memory.attach(mod.addresses())
+    runtime.memory.attach(mod.addresses(), mod.account)
     runtime.recorder.external.append((mod.counts, mod.reset_counts))
 
     def event(kind: str, name: str, value) -> None:
