@@ -164,8 +164,11 @@ struct Fast final : c10::OperatorKernel {
     if (rets.size() == 1) {
       stack->push_back(torch::jit::toIValue(out, rets[0].type()));
     } else if (rets.size() > 1) {
-      auto tup = py::reinterpret_borrow<py::tuple>(out);
-      for (size_t j = 0; j < rets.size(); j++) stack->push_back(torch::jit::toIValue(tup[j], rets[j].type()));
+      // a tuple from every kernel today; any sequence of the right length is taken, anything else refused
+      TORCH_CHECK(PySequence_Check(out.ptr()) && static_cast<size_t>(py::len(out)) == rets.size(),
+                  "npu kernel for ", name, ": expected ", rets.size(), " results from its Python kernel");
+      auto seq = py::reinterpret_borrow<py::sequence>(out);
+      for (size_t j = 0; j < rets.size(); j++) stack->push_back(torch::jit::toIValue(seq[j], rets[j].type()));
     }
   }
 
