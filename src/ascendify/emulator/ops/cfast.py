@@ -103,7 +103,7 @@ def module(build_if_missing: bool = True):
             if not build_if_missing:
                 _why = "not built yet"
                 return None
-            err = build(dest, name, quiet=not sys.stderr.isatty())
+            err = build(dest, name, quiet=False)  # once per machine: a 30 s pause is said, on a terminal or in a log
             if err:
                 _why = err
                 try:
