@@ -147,6 +147,19 @@ def _train_dp(model, rank: int, world: int) -> list[float]:
     return losses
 
 
+def _train_whole_batch(model) -> list[float]:
+    """Tensor parallel: every rank sees the whole batch, the weights are split; returns the loss per step."""
+    opt = torch.optim.SGD(model.parameters(), lr=LR, foreach=False)  # DTensors next to plain parameters
+    losses = []
+    for x, y in seq_data():
+        opt.zero_grad()
+        loss = F.mse_loss(model(x.to(DEV)), y.to(DEV))
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
 def feature_dtensor(rank, world, out, ckpt_in):
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import Replicate, Shard, distribute_tensor
@@ -254,15 +267,7 @@ def feature_tp(rank, world, out, ckpt_in):
     mesh = init_device_mesh(DEV, (world,))
     model = SeqBlock().to(DEV)
     parallelize_module(model, mesh, {"fc1": ColwiseParallel(), "fc2": RowwiseParallel()})
-    opt = torch.optim.SGD(model.parameters(), lr=LR, foreach=False)  # DTensors and the plain norm
-    losses = []
-    for x, y in seq_data():  # every rank sees the whole batch; the weights are split
-        opt.zero_grad()
-        loss = F.mse_loss(model(x.to(DEV)), y.to(DEV))
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-    return {"losses": losses, "fc1_local_rows": model.fc1.weight.to_local().shape[0]}
+    return {"losses": _train_whole_batch(model), "fc1_local_rows": model.fc1.weight.to_local().shape[0]}
 
 
 def feature_tp_attention(rank, world, out, ckpt_in):
@@ -276,15 +281,7 @@ def feature_tp_attention(rank, world, out, ckpt_in):
     plan = {name: ColwiseParallel(use_local_output=False) for name in ("wq", "wk", "wv")}
     plan["wo"] = RowwiseParallel()
     parallelize_module(model, mesh, plan)
-    opt = torch.optim.SGD(model.parameters(), lr=LR, foreach=False)
-    losses = []
-    for x, y in seq_data():
-        opt.zero_grad()
-        loss = F.mse_loss(model(x.to(DEV)), y.to(DEV))
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-    return {"losses": losses, "wq_local_rows": model.wq.weight.to_local().shape[0]}
+    return {"losses": _train_whole_batch(model), "wq_local_rows": model.wq.weight.to_local().shape[0]}
 
 
 def feature_sp(rank, world, out, ckpt_in):

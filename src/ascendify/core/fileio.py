@@ -81,6 +81,12 @@ def folder_problem(path: str | os.PathLike[str]) -> str | None:
     return None
 
 
+def cache_dir(name: str) -> Path:
+    """``$ASCENDIFY_CACHE/name`` (default ``~/.cache/ascendify/name``): where compiled helpers are kept."""
+    base = os.environ.get("ASCENDIFY_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "ascendify")
+    return Path(base) / name
+
+
 def _umask() -> int:
     """The process umask (read by setting and restoring it: there is no read-only call)."""
     mask = os.umask(0o022)

@@ -26,6 +26,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from ascendify.core.fileio import cache_dir
+
 _SOURCE = r"""
 #include <stdint.h>
 #include <string.h>
@@ -138,11 +140,6 @@ _lib = None
 _tried = False
 
 
-def _cache_dir() -> Path:
-    base = os.environ.get("ASCENDIFY_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "ascendify")
-    return Path(base) / "fused_stats"
-
-
 def _cpu_key() -> str:
     try:
         with open("/proc/cpuinfo") as f:
@@ -187,7 +184,7 @@ def kernel():
     arch = ["-march=native", "-mprefer-vector-width=512"]
     tag = hashlib.sha256((_SOURCE + _cpu_key() + cc).encode()).hexdigest()[:16]
     for extra in (["-DWITH_F16"], []):
-        dest = _cache_dir() / f"fused_stats_{tag}{'_f16' if extra else ''}.so"
+        dest = cache_dir("fused_stats") / f"fused_stats_{tag}{'_f16' if extra else ''}.so"
         try:
             if not dest.exists() and not _build(cc, arch + extra, dest):
                 continue

@@ -30,7 +30,8 @@ class DeviceMemory:
         self._live: dict[int, tuple[weakref.ref, int, int]] = {}  # data_ptr -> (ref, nbytes, index)
         self._ptr_of: dict[int, int] = {}  # id(ref) -> data_ptr
         self._on_free = self._release  # one bound method for every weak reference
-        self._account = None  # the C++ kernels' atomic counting, once attached
+        self._limit = None  # the C++ kernels' capacity array, once attached
+        self._account = self._count  # the C++ kernels' atomic counting once attached
 
     def attach(self, addresses: dict, account=None) -> None:
         """Keep the byte counters in the C++ kernels' arrays (:mod:`ascendify.emulator.ops.cfast`), so both
@@ -44,17 +45,16 @@ class DeviceMemory:
                 arr[i] = v
             setattr(self, name, arr)
         self._limit = (ctypes.c_int64 * n).from_address(int(addresses["limit"]))
-        self._account = account
+        self._account = account or self._count
         self.sync_limits()
 
     def sync_limits(self) -> None:
         """Tell the C++ kernels each device's capacity (after the setting or a fraction changed)."""
-        limit = getattr(self, "_limit", None)
-        if not isinstance(self.settings.memory_capacity, int):  # "16G" during update(), parsed by validate()
-            return
-        if limit is not None:
-            for i in range(len(limit)):
-                limit[i] = min(self.capacity(i), (1 << 62))
+        limit = self._limit
+        if limit is None or not isinstance(self.settings.memory_capacity, int):  # "16G" mid-update(): validate()
+            return  # parses it and tells again
+        for i in range(len(limit)):
+            limit[i] = min(self.capacity(i), (1 << 62))
 
     def set_fraction(self, index: int, fraction: float) -> None:
         self.fraction[index] = fraction
@@ -85,23 +85,23 @@ class DeviceMemory:
         ref = weakref.ref(storage, self._on_free)
         self._live[ptr] = (ref, nbytes, index)
         self._ptr_of[id(ref)] = ptr
-        if self._account is not None:
-            self._account(index, nbytes, 1, 0)
-            return
-        self.allocated[index] = a
-        self.num_allocs[index] += 1
-        if a > self.peak[index]:
-            self.peak[index] = a
+        self._account(index, nbytes, 1, 0)
 
     def _release(self, ref) -> None:
         entry = self._live.pop(self._ptr_of.pop(id(ref), -1), None)
         if entry is not None:
             _, nbytes, index = entry
-            if self._account is not None:
-                self._account(index, -nbytes, 0, 1)
-                return
-            self.allocated[index] -= nbytes
-            self.num_frees[index] += 1
+            self._account(index, -nbytes, 0, 1)
+
+    def _count(self, index: int, nbytes: int, allocs: int, frees: int) -> int:
+        """Count ``nbytes`` (negative: freed) and the allocations/frees of device ``index``; the bytes now there.
+        (With the C++ kernels attached, their atomic ``account`` takes this place.)"""
+        a = self.allocated[index] = self.allocated[index] + nbytes
+        self.num_allocs[index] += allocs
+        self.num_frees[index] += frees
+        if a > self.peak[index]:
+            self.peak[index] = a
+        return a
 
     def capacity(self, index: int) -> int:
         """The usable bytes of device ``index``: the capacity times the per-process fraction."""

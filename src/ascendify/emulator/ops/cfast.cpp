@@ -50,12 +50,19 @@ inline void raise_peak(int index, int64_t a) {
   }
 }
 
+// Count `nbytes` (negative: freed) and `allocs`/`frees` on device `index`, atomically: the kernels run without the
+// GIL, and Python counts into the same arrays (account()). Returns the bytes now allocated there.
+inline int64_t count(int index, int64_t nbytes, int64_t allocs, int64_t frees) {
+  if (allocs) __atomic_add_fetch(&g_allocs[index], allocs, __ATOMIC_RELAXED);
+  if (frees) __atomic_add_fetch(&g_frees[index], frees, __ATOMIC_RELAXED);
+  const int64_t a = __atomic_add_fetch(&g_allocated[index], nbytes, __ATOMIC_RELAXED);
+  if (nbytes > 0) raise_peak(index, a);
+  return a;
+}
+
 void release(void* p) {
   auto* c = static_cast<Ctx*>(p);
-  if (c->counted > 0) {
-    __atomic_sub_fetch(&g_allocated[c->index], c->counted, __ATOMIC_RELAXED);
-    __atomic_add_fetch(&g_frees[c->index], 1, __ATOMIC_RELAXED);
-  }
+  if (c->counted > 0) count(c->index, -c->counted, 0, 1);
   delete c;
 }
 
@@ -72,15 +79,6 @@ at::Tensor over(c10::Storage storage, const at::Tensor& src, c10::DispatchKey ke
   auto t = at::detail::make_tensor<c10::TensorImpl>(std::move(storage), c10::DispatchKeySet(key), src.dtype());
   t.unsafeGetTensorImpl()->set_sizes_and_strides(src.sizes(), src.strides(), src.storage_offset());
   return t;
-}
-
-// A tensor over `src`'s whole storage with the same sizes, strides and offset, tagged `device`.
-at::Tensor rewrap(const at::Tensor& src, c10::Device device, c10::DispatchKey key, int index, int64_t counted) {
-  return over(rewrap_storage(src.storage(), device, index, counted), src, key);
-}
-
-inline at::Tensor cpu_alias(const at::Tensor& t) {
-  return rewrap(t, c10::Device(c10::kCPU), c10::DispatchKey::CPU, 0, 0);
 }
 
 // The wrapped storages of one call, one per storage wrapped: tensors that share memory before (arguments that
@@ -185,8 +183,7 @@ struct Fast final : c10::OperatorKernel {
     if (s.resizable() && s.nbytes() > 0) {  // fresh CPU allocator memory (aliases are not resizable)
       counted = static_cast<int64_t>(s.nbytes());
       if (g_allocated[index] + counted > g_limit[index]) event("oom", name, "", counted, index);
-      __atomic_add_fetch(&g_allocs[index], 1, __ATOMIC_RELAXED);
-      raise_peak(index, __atomic_add_fetch(&g_allocated[index], counted, __ATOMIC_RELAXED));
+      count(index, counted, 1, 0);
     }
     const c10::Device device(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(index));
     results.v.emplace_back(s, rewrap_storage(s, device, index, counted));
@@ -317,7 +314,7 @@ std::vector<Fast*> g_kernels;
 // Register the fast kernel for aten op `name` ("add.Tensor") on PrivateUse1. `returns_arg`: per return, the
 // argument index it writes (-1: fresh). `python`: the op's Python kernel, taken when the fast path cannot serve.
 int64_t register_op(const std::string& name, bool view, std::vector<int64_t> returns_arg, py::object python,
-                    const std::string& target, bool bias_sizes) {
+                    const std::string& target) {
   auto k = std::make_unique<Fast>();
   k->name = name;
   k->view = view;
@@ -327,7 +324,7 @@ int64_t register_op(const std::string& name, bool view, std::vector<int64_t> ret
         {"aten::" + target.substr(0, dot), dot == std::string::npos ? "" : target.substr(dot + 1)});
     TORCH_CHECK(handle.has_value(), "ascendify cfast: no op aten::", target);
     k->target = *handle;
-    k->bias_sizes = bias_sizes;
+    k->bias_sizes = target == "convolution_backward";  // the overrideable op has no bias_sizes argument
   }
   for (auto a : returns_arg) k->returns_arg.push_back(static_cast<int>(a));
   Fast* kernel = k.get();  // owned by the registration below; listed only once that succeeded
@@ -367,11 +364,7 @@ void set_mode(bool slow, bool single) {
 // bytes now allocated on device `index`.
 int64_t account(int index, int64_t nbytes, int64_t allocs, int64_t frees) {
   TORCH_CHECK(index >= 0 && index < kDevices, "ascendify cfast: no device ", index);
-  if (allocs) __atomic_add_fetch(&g_allocs[index], allocs, __ATOMIC_RELAXED);
-  if (frees) __atomic_add_fetch(&g_frees[index], frees, __ATOMIC_RELAXED);
-  const int64_t a = __atomic_add_fetch(&g_allocated[index], nbytes, __ATOMIC_RELAXED);
-  raise_peak(index, a);
-  return a;
+  return count(index, nbytes, allocs, frees);
 }
 
 py::dict addresses() {
@@ -385,14 +378,11 @@ py::dict addresses() {
   return d;
 }
 
-// For tests: a CPU alias and an npu tensor made the way the kernels make them.
-at::Tensor alias_of(const at::Tensor& t) { return cpu_alias(t); }
-
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("register_op", &register_op, py::arg("name"), py::arg("view"), py::arg("returns_arg"), py::arg("python"),
-        py::arg("target") = "", py::arg("bias_sizes") = false);
+        py::arg("target") = "");
   m.def("install_guard", &install_guard);
   m.def("counts", &counts);
   m.def("reset_counts", &reset_counts);
@@ -400,5 +390,4 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("set_mode", &set_mode);
   m.def("addresses", &addresses);
   m.def("account", &account);
-  m.def("alias_of", &alias_of);
 }

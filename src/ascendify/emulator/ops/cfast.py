@@ -28,6 +28,8 @@ import sysconfig
 import tempfile
 from pathlib import Path
 
+from ascendify.core.fileio import cache_dir
+
 ENV = "ASCENDIFY_EMULATE_CKERNELS"
 SOURCE = Path(__file__).with_name("cfast.cpp")
 
@@ -36,16 +38,13 @@ _tried = False
 _why = ""
 
 
-def _cache_dir() -> Path:
-    base = os.environ.get("ASCENDIFY_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "ascendify")
-    return Path(base) / "cfast"
-
-
-def _tag(source: str) -> str:
+def _library() -> tuple[str, Path]:
+    """(module name, path) of the built library for this source, torch and Python."""
     import torch
 
-    key = "\0".join((source, torch.__version__, torch.__file__, sys.version, sysconfig.get_platform()))
-    return hashlib.sha256(key.encode()).hexdigest()[:16]
+    key = "\0".join((SOURCE.read_text(), torch.__version__, torch.__file__, sys.version, sysconfig.get_platform()))
+    name = f"ascendify_cfast_{hashlib.sha256(key.encode()).hexdigest()[:16]}"
+    return name, cache_dir("cfast") / f"{name}{sysconfig.get_config_var('EXT_SUFFIX') or '.so'}"
 
 
 def _command(name: str, src: Path, out: Path) -> list[str]:
@@ -61,12 +60,12 @@ def _command(name: str, src: Path, out: Path) -> list[str]:
             f"-L{lib}", f"-Wl,-rpath,{lib}", "-lc10", "-ltorch_cpu", "-ltorch", "-ltorch_python"]
 
 
-def build(dest: Path, name: str, quiet: bool = True) -> str:
-    """Compile ``cfast.cpp`` into ``dest`` (atomically); returns "" or why it failed."""
+def build(dest: Path, name: str) -> str:
+    """Compile ``cfast.cpp`` into ``dest`` (atomically); returns "" or why it failed. Said on stderr (once per
+    machine: a 30 s pause is explained, on a terminal or in a log)."""
     dest.parent.mkdir(parents=True, exist_ok=True)
-    if not quiet:
-        print("ascendify: compiling the emulator's C++ kernels (once per machine, about 30 s) ...",
-              file=sys.stderr, flush=True)
+    print("ascendify: compiling the emulator's C++ kernels (once per machine, about 30 s) ...",
+          file=sys.stderr, flush=True)
     with tempfile.TemporaryDirectory(dir=dest.parent) as tmp:
         so = Path(tmp) / dest.name
         try:
@@ -80,45 +79,44 @@ def build(dest: Path, name: str, quiet: bool = True) -> str:
 
 
 def module(build_if_missing: bool = True):
-    """The loaded extension, or None (then :func:`why` says why)."""
+    """The loaded extension, or None (then :func:`why` says why). With ``build_if_missing=False`` a library not
+    built yet gives None and nothing is decided: a later call may build it."""
     global _mod, _tried, _why
-    if _tried:
-        return _mod
-    _tried = True
+    if not _tried:
+        mod, why = _load(build_if_missing)
+        if mod is None and why is None:
+            return None
+        _mod, _why, _tried = mod, why, True
+    return _mod
+
+
+def _load(build_if_missing: bool):
+    """(the extension, "") or (None, why); (None, None): not built, and not to be built now."""
     if os.environ.get(ENV, "1") == "0":
-        _why = f"{ENV}=0"
-        return None
+        return None, f"{ENV}=0"
     if sys.platform == "win32":
-        _why = "not built on Windows"
-        return None
+        return None, "not built on Windows"
     try:
-        source = SOURCE.read_text()
-        name = f"ascendify_cfast_{_tag(source)}"
-        dest = _cache_dir() / f"{name}{sysconfig.get_config_var('EXT_SUFFIX') or '.so'}"
+        name, dest = _library()
         failed = dest.with_suffix(".failed")
         if not dest.exists():
-            if failed.exists():  # a build failed before for this source, torch and Python: not again each process
-                _why = failed.read_text().strip() + f" (remove {failed} to try again)"
-                return None
+            if failed.exists():  # a build failed before for this source, torch and Python: not in every process
+                return None, failed.read_text().strip() + f" (remove {failed} to try again)"
             if not build_if_missing:
-                _why = "not built yet"
-                return None
-            err = build(dest, name, quiet=False)  # once per machine: a 30 s pause is said, on a terminal or in a log
+                return None, None
+            err = build(dest, name)
             if err:
-                _why = err
                 try:
                     failed.write_text(err + "\n")
                 except OSError:
                     pass
-                return None
+                return None, err
         spec = importlib.util.spec_from_loader(name, importlib.machinery.ExtensionFileLoader(name, str(dest)))
         mod = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(mod)
+        return mod, ""
     except Exception as e:  # a read-only cache, a broken toolchain: the Python kernels serve
-        _why = f"{type(e).__name__}: {e}"
-        return None
-    _mod = mod
-    return _mod
+        return None, f"{type(e).__name__}: {e}"
 
 
 def loaded() -> bool:
@@ -178,8 +176,7 @@ def attach() -> bool:
 def main() -> int:
     """Build (again, after a failure) and load; say which."""
     try:
-        name = f"ascendify_cfast_{_tag(SOURCE.read_text())}"
-        (_cache_dir() / f"{name}{sysconfig.get_config_var('EXT_SUFFIX') or '.so'}").with_suffix(".failed").unlink()
+        _library()[1].with_suffix(".failed").unlink()
     except OSError:
         pass
     mod = module()

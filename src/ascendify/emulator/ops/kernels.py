@@ -394,8 +394,7 @@ def register(lib: torch.library.Library) -> int:
         kernel = _counted(name, pol.kernel)
         if mod is not None and pol.cxx_as and not pol.keys:  # the C++ kernel, with this one as its fallback
             nret = len(_overload(name)._schema.returns)
-            mod.register_op(name, False, [-1] * nret, kernel, target=pol.cxx_as,
-                            bias_sizes=name == "convolution_backward_overrideable")
+            mod.register_op(name, False, [-1] * nret, kernel, target=pol.cxx_as)
             n += 1
             continue
         for key in ("PrivateUse1", *pol.keys):
