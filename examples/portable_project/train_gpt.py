@@ -215,6 +215,7 @@ def main(argv=None):
     summary = {"final_loss": loss_value, "param_checksum": param_checksum(raw_model), "steps": args.steps}
     emit_summary(summary, args.out_json, rank)
     if ddp:
+        dist.barrier()  # no rank tears the group down while a peer still talks to it
         dist.destroy_process_group()
     return summary
 
