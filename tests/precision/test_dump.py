@@ -263,7 +263,7 @@ def test_stats_mode_keeps_no_activation_alive(tmp_path):
     with dump(big, tmp_path / "m", backward=False) as d:
         out = big(x)
         ref = weakref.ref(out)
-        assert d._vectors and all(v.numel() == 14 for v in d._vectors if v is not None)
+        assert len(d._table) and all(len(r) == 14 for r in d._table.rows() if r is not None)
         del out
         gc.collect()
         assert ref() is None  # the dumper holds statistics vectors only

@@ -21,23 +21,38 @@ def base():
     return torch.randn(8, 33, 96)
 
 
-@pytest.mark.parametrize("case", ["contiguous", "slice", "transpose", "split-permute", "bf16", "fp16-slice", "short"])
+LAYOUTS = {
+    "contiguous": lambda b: b,
+    "slice": lambda b: b[..., 32:64],
+    "transpose": lambda b: b[..., 10:90].transpose(1, 2),
+    "split-permute": lambda b: b.view(8, 33, 3, 32).permute(2, 0, 1, 3),
+    "bf16": lambda b: b.bfloat16(),
+    "fp16-slice": lambda b: b.half()[:, 3:, 17:],
+    "short": lambda b: b.reshape(-1)[:37],
+    "column": lambda b: b[:, :, 5],  # innermost stride 96: the strided run
+    "broadcast": lambda b: b[:, :1, :7].expand(8, 5, 7),  # stride 0: every logical element counted
+    "scalar": lambda b: b[0, 0, 0],
+    "int64": lambda b: (b * 10).long(),  # through a float32 copy
+}
+
+
+@pytest.mark.parametrize("case", list(LAYOUTS))
 def test_kernel_matches_float64(base, case):
-    t = {
-        "contiguous": base,
-        "slice": base[..., 32:64],
-        "transpose": base[..., 10:90].transpose(1, 2),
-        "split-permute": base.view(8, 33, 3, 32).permute(2, 0, 1, 3),
-        "bf16": base.bfloat16(),
-        "fp16-slice": base.half()[:, 3:, 17:],
-        "short": base.reshape(-1)[:37],
-    }[case]
-    head = stats._fused_head(stats._memory_order(t))
-    assert head is not None, "the kernel covers this layout"
-    got = head.tolist()
+    t = LAYOUTS[case](base)
+    table = stats.StatTable(1)
+    assert table._fast(t, table._next(), None), "the kernel covers this layout"
+    got = table.vector(0).tolist()
     for a, b in zip(got[:4], _ref(t), strict=True):
         assert a == pytest.approx(b, rel=2e-6, abs=1e-5)
-    assert got[4:] == [0.0, 0.0]
+    assert got[4:6] == [0.0, 0.0]
+
+
+@pytest.mark.parametrize("case", list(LAYOUTS))
+def test_kernel_fingerprint_is_the_torch_fingerprint(base, case):
+    t = LAYOUTS[case](base)
+    fast = stats.stat_vector(t)[6:]
+    slow = stats.fingerprint(t.float() if not t.is_floating_point() else t)
+    assert (fast - slow).norm() <= 5e-6 * slow.norm() + 1e-7  # logical positions, whatever the strides
 
 
 def test_non_finite_values_are_counted_and_min_max_are_nan(base):
@@ -52,12 +67,25 @@ def test_non_finite_values_are_counted_and_min_max_are_nan(base):
     assert w[:2] == [-2.0, float("inf")] and w[3] == float("inf") and w[4:6] == [0.0, 1.0]
 
 
-def test_layouts_the_kernel_does_not_cover_use_torch(base):
-    col = base[:, :, 5]  # innermost stride 96: no contiguous run
-    assert stats._fused_head(stats._memory_order(col)) is None
-    v = stats.stat_vector(col).tolist()
-    for a, b in zip(v[:4], _ref(col), strict=True):
-        assert a == pytest.approx(b, rel=1e-5, abs=1e-4)
+def test_float64_and_other_devices_use_torch(base):
+    t = base.double()[:, 1:, :]
+    table = stats.StatTable(1)
+    assert not table._fast(t, table._next(), None)  # float64 is reduced in float64 by torch
+    v = stats.stat_vector(t).tolist()
+    for a, b in zip(v[:4], _ref(t), strict=True):
+        assert a == pytest.approx(b, rel=1e-6, abs=1e-5)
+
+
+def test_table_grows_and_keeps_every_row(base):
+    table = stats.StatTable(2)
+    idx = [table.add(base[i]) for i in range(8)] + [table.add(torch.empty(0)), table.add(base.double()[0])]
+    rows = table.rows()
+    assert idx == list(range(10)) and len(table) == 10 and rows[8] is None and not table.has(8)
+    for i in range(8):
+        assert rows[i][:4] == pytest.approx(_ref(base[i]), rel=2e-6, abs=1e-5)
+    assert rows[9][:4] == pytest.approx(_ref(base[0]), rel=1e-6, abs=1e-5)
+    view = table.add_view(0, base[0].t())  # same elements: statistics copied, fingerprint of the view
+    assert table.rows()[view][:6] == rows[0][:6] and table.rows()[view][6:] != rows[0][6:]
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])

@@ -47,7 +47,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from ascendify.precision.model import LEVELS, MODES, DumpError, ScalarArg
-from ascendify.precision.stats import stat_vector, view_vector
+from ascendify.precision.stats import StatTable
 
 DEFAULT_MAX_BYTES = 1 << 30  # tensor mode refuses a step that needs more than this (1 GiB) unless raised
 
@@ -438,7 +438,7 @@ class Dumper:
 
     def _reset_step(self) -> None:
         self._recs: list[_Rec] = []
-        self._vectors: list[torch.Tensor | None] = []
+        self._table = StatTable()  # statistics vectors; a tensor's index is its row
         self._seen: dict[int, tuple[weakref.ref, int, int]] = {}
         self._storage: dict[tuple, tuple[weakref.ref, int, int]] = {}  # (data_ptr, numel, dtype) -> first seen
         self._params_seen: dict[int, tuple[int, int]] = {}  # id -> (version, index), inside a top-level call
@@ -594,27 +594,25 @@ class Dumper:
         seen = self._seen.get(key) if ver is not None else None
         if seen is not None and seen[1] == ver and seen[0]() is t:
             return seen[2]
-        vec = None
+        table = self._table
         try:
             n = t.numel()
             skey = (t.data_ptr(), n, t.dtype) if n and t.layout == torch.strided and ver is not None else None
-            base = self._storage.get(skey) if skey is not None else None
-            if base is not None and base[1] == ver and base[0]() is not None and self._vectors[base[2]] is not None:
-                vec = view_vector(self._vectors[base[2]], t)  # a view of the same elements: same statistics
-            else:
-                vec = stat_vector(t)
-                if skey is not None and vec is not None:
-                    self._storage.pop(skey, None)
         except Exception:
             skey = None
-        idx = len(self._vectors)
-        self._vectors.append(vec)
+        base = self._storage.get(skey) if skey is not None else None
+        if base is not None and base[1] == ver and base[0]() is not None and table.has(base[2]):
+            idx = table.add_view(base[2], t)  # a view of the same elements: same statistics
+        else:
+            idx = table.add(t)
+            if skey is not None and table.has(idx):
+                self._storage.pop(skey, None)
         try:
             if ver is None:
                 raise TypeError
             ref = weakref.ref(t)
             self._seen[key] = (ref, ver, idx)
-            if skey is not None and vec is not None and skey not in self._storage:
+            if skey is not None and table.has(idx) and skey not in self._storage:
                 self._storage[skey] = (ref, ver, idx)
         except TypeError:
             pass
@@ -643,12 +641,7 @@ class Dumper:
         hit = self._params_seen.get(key) if self._stack else None
         if hit is not None and hit[0] == ver:
             return hit[1]
-        try:
-            vec = stat_vector(t)
-        except Exception:
-            vec = None
-        idx = len(self._vectors)
-        self._vectors.append(vec)
+        idx = self._table.add(t)
         if self._stack:
             self._params_seen[key] = (ver, idx)
         self._keep(t, idx)
@@ -657,16 +650,10 @@ class Dumper:
     def _copy_stat(self, out: torch.Tensor, src_idx: int) -> None:
         """``out`` holds the same values as the tensor summarised at ``src_idx`` (a reshape copy, ``contiguous``,
         ``clone``, a device move): reuse its statistics, compute only the fingerprint (positions may differ)."""
-        src = self._vectors[src_idx]
-        if src is None or id(out) in self._seen or self.mode != "stats":
-            return
-        try:
-            vec = view_vector(src, out)
-        except Exception:
+        if not self._table.has(src_idx) or id(out) in self._seen or self.mode != "stats":
             return
         # the source tensor had the same number of elements and dtype (checked through the recorded metadata)
-        idx = len(self._vectors)
-        self._vectors.append(vec)
+        idx = self._table.add_view(src_idx, out)
         try:
             self._seen[id(out)] = (weakref.ref(out), out._version, idx)
         except (TypeError, RuntimeError):
@@ -912,19 +899,6 @@ class Dumper:
 
     # -- flush ---------------------------------------------------------------------------------------------------
 
-    def _host_rows(self) -> list[list[float] | None]:
-        rows: list[list[float] | None] = [None] * len(self._vectors)
-        groups: dict[str, list[int]] = {}
-        for i, v in enumerate(self._vectors):
-            if v is not None:
-                groups.setdefault(str(v.device), []).append(i)
-        with torch.no_grad(), torch._C.DisableTorchFunction():
-            for idxs in groups.values():
-                host = torch.stack([self._vectors[i] for i in idxs]).to("cpu", torch.float64).tolist()
-                for i, row in zip(idxs, host, strict=True):
-                    rows[i] = row
-        return rows
-
     def _flush(self) -> None:
         recs = [r for r in self._recs if r.kind is not None]
         if not recs:
@@ -943,7 +917,7 @@ class Dumper:
             raise self.error
         from ascendify.precision import msprobe_io
 
-        rows = self._host_rows()
+        rows = self._table.rows()
         try:
             folder = msprobe_io.write_step(self, recs, rows)
         except DumpTooLarge as e:

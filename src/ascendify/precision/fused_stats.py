@@ -79,60 +79,103 @@ static void NAME(acc_t* a, const T* x, int64_t n) {                             
     }                                                                                                            \
 }
 
-/* x: first element; dims 0..ndim-1 with sizes/strides (elements), the last of stride 1. out: float[6] */
-#define KERNEL(NAME, RUNNAME, T, LOAD)                                                                           \
-RUN(RUNNAME, T, LOAD)                                                                                            \
-void NAME(const T* x, int ndim, const int64_t* sizes, const int64_t* strides, float* out) {                      \
-    acc_t a; acc_init(&a);                                                                                       \
-    int64_t idx[MAXDIM] = {0}; int64_t inner = sizes[ndim - 1];                                                  \
-    int64_t rows = 1; for (int d = 0; d < ndim - 1; d++) rows *= sizes[d];                                       \
-    int64_t nans = 0, infs = 0;                                                                                  \
-    for (int pass = 0; pass < 2; pass++) {                                                                       \
-        const T* p = x;                                                                                          \
-        for (int d = 0; d < ndim; d++) idx[d] = 0;                                                               \
-        for (int64_t r = 0; r < rows; r++) {                                                                     \
-            if (pass == 0) RUNNAME(&a, p, inner);                                                                \
-            else for (int64_t j = 0; j < inner; j++) {                                                           \
-                float v = LOAD(p[j]); if (v != v) nans++; else if (isinf(v)) infs++;                             \
-            }                                                                                                    \
-            for (int d = ndim - 2; d >= 0; d--) {                                                                \
-                p += strides[d];                                                                                 \
-                if (++idx[d] < sizes[d]) break;                                                                  \
-                p -= strides[d] * sizes[d]; idx[d] = 0;                                                          \
-            }                                                                                                    \
-        }                                                                                                        \
-        if (pass == 0) { acc_fold(&a); if (isfinite(a.sq)) break; }  /* inf/NaN (rare): count them */           \
+/* the same run over n elements `st` apart (a column, a broadcast dimension): scalar, no vectorisation */
+#define RUNS(NAME, T, LOAD)                                                                                      \
+static void NAME(acc_t* a, const T* x, int64_t n, int64_t st) {                                                  \
+    for (int64_t i = 0; i < n; i++) {                                                                            \
+        float v = LOAD(x[i * st]); int l = (int)(i & (LANES - 1));                                               \
+        a->s[l] += v; a->q[l] += v * v;                                                                          \
+        a->mn[l] = v < a->mn[l] ? v : a->mn[l]; a->mx[l] = v > a->mx[l] ? v : a->mx[l];                          \
+        if (++a->cnt >= BLOCK) acc_fold(a);                                                                      \
     }                                                                                                            \
-    float mn = INFINITY, mx = -INFINITY;                                                                         \
-    for (int l = 0; l < LANES; l++) { mn = a.mn[l] < mn ? a.mn[l] : mn; mx = a.mx[l] > mx ? a.mx[l] : mx; }      \
-    if (nans) { mn = NAN; mx = NAN; }                                                                            \
-    out[0] = mn; out[1] = mx; out[2] = (float)a.sum; out[3] = (float)sqrt(a.sq);                                 \
-    out[4] = (float)nans; out[5] = (float)infs;                                                                  \
 }
 
-/* the fingerprint (precision.model) of a contiguous tensor: out[j] = scale * sum_i w[i*8+j] * x[pos[i]] (pos NULL:
-   every element, k = n), accumulated in double */
-#define FINGERPRINT(NAME, T, LOAD)                                                                               \
-void NAME(const T* x, const int64_t* pos, int64_t k, const float* w, float scale, float* out) {                   \
+/* The whole statistics vector of a strided tensor of any layout, in one call (stats.StatTable):
+   out[0..5] = [min, max, sum, norm, nan_count, inf_count], copied from `head` when it is not NULL (a view of
+   elements already summarised), out[6..13] = the fingerprint (precision.model) over logical positions.
+   dims: sizes[0..nd-1] then, from dims + MAXDIM, strides (elements), in logical order; pos: NULL = every position
+   (k == numel). The head walks memory order (dimensions sorted by stride, contiguous neighbours merged), so a
+   transposed or sliced view reads memory in sequence. */
+#define VEC(NAME, RUNNAME, T, LOAD)                                                                              \
+RUNS(RUNNAME##_s, T, LOAD)                                                                                       \
+void NAME(const T* x, int nd, const int64_t* dims, const int64_t* pos, int64_t k, const float* w, float scale,  \
+          const float* head, float* out) {                                                                       \
+    const int64_t* sizes = dims; const int64_t* strides = dims + MAXDIM;                                         \
+    if (head) { for (int j = 0; j < 6; j++) out[j] = head[j]; }                                                  \
+    else {                                                                                                       \
+        int order[MAXDIM]; int m = 0;                                                                            \
+        for (int d = 0; d < nd; d++) {                 /* insertion sort by stride, descending; stride 0 first */\
+            if (sizes[d] == 1) continue;                                                                         \
+            int64_t sd = strides[d] == 0 ? INT64_MAX : (strides[d] < 0 ? -strides[d] : strides[d]);              \
+            int j = m++;                                                                                         \
+            while (j > 0) {                                                                                      \
+                int64_t so = strides[order[j - 1]];                                                              \
+                so = so == 0 ? INT64_MAX : (so < 0 ? -so : so);                                                  \
+                if (so >= sd) break;                                                                             \
+                order[j] = order[j - 1]; j--;                                                                    \
+            }                                                                                                    \
+            order[j] = d;                                                                                        \
+        }                                                                                                        \
+        int64_t ms[MAXDIM], mt[MAXDIM]; int r = 0;                                                               \
+        for (int i = 0; i < m; i++) {                                                                            \
+            int64_t sz = sizes[order[i]], st = strides[order[i]];                                                \
+            if (r > 0 && mt[r - 1] == st * sz) { ms[r - 1] *= sz; mt[r - 1] = st; }                              \
+            else { ms[r] = sz; mt[r] = st; r++; }                                                                \
+        }                                                                                                        \
+        if (r == 0) { ms[0] = 1; mt[0] = 1; r = 1; }                                                             \
+        acc_t a; acc_init(&a);                                                                                   \
+        int64_t idx[MAXDIM]; int64_t inner = ms[r - 1], ist = mt[r - 1];                                         \
+        int64_t rows = 1; for (int d = 0; d < r - 1; d++) rows *= ms[d];                                         \
+        int64_t nans = 0, infs = 0;                                                                              \
+        for (int pass = 0; pass < 2; pass++) {                                                                   \
+            const T* p = x;                                                                                      \
+            for (int d = 0; d < r; d++) idx[d] = 0;                                                              \
+            for (int64_t row = 0; row < rows; row++) {                                                           \
+                if (pass == 0) { if (ist == 1) RUNNAME(&a, p, inner); else RUNNAME##_s(&a, p, inner, ist); }     \
+                else for (int64_t j = 0; j < inner; j++) {                                                       \
+                    float v = LOAD(p[j * ist]); if (v != v) nans++; else if (isinf(v)) infs++;                   \
+                }                                                                                                \
+                for (int d = r - 2; d >= 0; d--) {                                                               \
+                    p += mt[d];                                                                                  \
+                    if (++idx[d] < ms[d]) break;                                                                 \
+                    p -= mt[d] * ms[d]; idx[d] = 0;                                                              \
+                }                                                                                                \
+            }                                                                                                    \
+            if (pass == 0) { acc_fold(&a); if (isfinite(a.sq)) break; }                                          \
+        }                                                                                                        \
+        float mn = INFINITY, mx = -INFINITY;                                                                     \
+        for (int l = 0; l < LANES; l++) { mn = a.mn[l] < mn ? a.mn[l] : mn; mx = a.mx[l] > mx ? a.mx[l] : mx; }  \
+        if (nans) { mn = NAN; mx = NAN; }                                                                        \
+        out[0] = mn; out[1] = mx; out[2] = (float)a.sum; out[3] = (float)sqrt(a.sq);                             \
+        out[4] = (float)nans; out[5] = (float)infs;                                                              \
+    }                                                                                                            \
+    int contiguous = 1; int64_t expect = 1;                                                                      \
+    for (int d = nd - 1; d >= 0; d--) {                                                                          \
+        if (sizes[d] != 1 && strides[d] != expect) { contiguous = 0; break; }                                    \
+        expect *= sizes[d];                                                                                      \
+    }                                                                                                            \
     double acc[8] = {0., 0., 0., 0., 0., 0., 0., 0.};                                                            \
     for (int64_t i = 0; i < k; i++) {                                                                            \
-        float v = LOAD(x[pos ? pos[i] : i]);                                                                     \
+        int64_t l = pos ? pos[i] : i, off = 0;                                                                   \
+        if (contiguous) off = l;                                                                                 \
+        else for (int d = nd - 1; d >= 0; d--) { off += (l % sizes[d]) * strides[d]; l /= sizes[d]; }            \
+        float v = LOAD(x[off]);                                                                                  \
         const float* wi = w + 8 * i;                                                                             \
         for (int j = 0; j < 8; j++) acc[j] += (double)wi[j] * v;                                                 \
     }                                                                                                            \
-    for (int j = 0; j < 8; j++) out[j] = (float)(acc[j] * scale);                                                \
+    for (int j = 0; j < 8; j++) out[6 + j] = (float)(acc[j] * scale);                                            \
 }
 
 #define ID(v) (v)
 #define BF(v) bf16_to_f32(v)
 #define HF(v) ((float)(v))
-KERNEL(stats_f32, run_f32, float, ID)
-KERNEL(stats_bf16, run_bf16, uint16_t, BF)
-FINGERPRINT(fp_f32, float, ID)
-FINGERPRINT(fp_bf16, uint16_t, BF)
+RUN(run_f32, float, ID)
+VEC(vec_f32, run_f32, float, ID)
+RUN(run_bf16, uint16_t, BF)
+VEC(vec_bf16, run_bf16, uint16_t, BF)
 #ifdef WITH_F16
-KERNEL(stats_f16, run_f16, _Float16, HF)
-FINGERPRINT(fp_f16, _Float16, HF)
+RUN(run_f16, _Float16, HF)
+VEC(vec_f16, run_f16, _Float16, HF)
 #endif
 """
 
@@ -191,16 +234,11 @@ def kernel():
             lib = ctypes.CDLL(str(dest))
         except Exception:  # a read-only cache, a broken compiler: the torch path serves
             continue
-        for name in ("stats_f32", "stats_bf16", "stats_f16"):
+        for name in ("vec_f32", "vec_bf16", "vec_f16"):
             fn = getattr(lib, name, None)
             if fn is not None:
-                fn.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
-                fn.restype = None
-        for name in ("fp_f32", "fp_bf16", "fp_f16"):
-            fn = getattr(lib, name, None)
-            if fn is not None:
-                fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_float,
-                               ctypes.c_void_p]
+                fn.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
+                               ctypes.c_void_p, ctypes.c_float, ctypes.c_void_p, ctypes.c_void_p]
                 fn.restype = None
         _lib = lib
         return _lib

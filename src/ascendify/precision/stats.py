@@ -87,20 +87,12 @@ def _memory_order(x: torch.Tensor) -> torch.Tensor:
     return x.permute(order)
 
 
-def stat_vector(t: torch.Tensor) -> torch.Tensor | None:
-    """The statistics vector of ``t`` (see the module docstring), or None for empty/complex/unsupported tensors.
-
-    Call with grad disabled, torch-function handling disabled and autocast off (the dumper does this).
-    """
-    if t.numel() == 0 or t.is_complex() or t.layout != torch.strided:
-        return None
+def _torch_vector(t: torch.Tensor) -> torch.Tensor:
+    """The statistics vector by torch reductions on ``t``'s device (``x``: ``t`` detached, float)."""
     x = t.detach()
     if x.dtype not in _HALF:
         x = x.to(torch.float32)  # integers and bool: small tensors in practice
     m = _memory_order(x)
-    vec = _fused_vector(x, m)
-    if vec is not None:
-        return vec
     acc = torch.float64 if x.dtype == torch.float64 else torch.float32
     mn, mx = torch.aminmax(m)
     total = m.sum(dtype=acc)
@@ -109,27 +101,18 @@ def stat_vector(t: torch.Tensor) -> torch.Tensor | None:
     return torch.cat([head, _counts(m, norm), fingerprint(x)])
 
 
-_FUSED = {torch.float32: "stats_f32", torch.bfloat16: "stats_bf16", torch.float16: "stats_f16"}
-_fused_fns: dict | None = None
+def _summarisable(t: torch.Tensor) -> bool:
+    return t.numel() != 0 and t.layout == torch.strided and not t.is_complex()
+
+
+_KERNEL_NAMES = {torch.float32: "vec_f32", torch.bfloat16: "vec_bf16", torch.float16: "vec_f16"}
+_fused_fns: dict | None = None  # dtype -> the C function (``fused_stats``); {} where there is none
 _pu1: str | None = None
+_ROW = STAT_LEN * ctypes.sizeof(ctypes.c_float)
+_MAXDIM = 16  # fused_stats.MAXDIM
 
 
-def _host_memory(t: torch.Tensor) -> bool:
-    """``t``'s data pointer is host memory: a CPU tensor, or one of the emulated npu (host memory retagged)."""
-    dev = t.device.type
-    if dev == "cpu":
-        return True
-    rt = sys.modules.get("ascendify.emulator.runtime")
-    if rt is None or not getattr(rt, "enabled", False):
-        return False
-    global _pu1
-    if _pu1 is None:
-        _pu1 = torch._C._get_privateuse1_backend_name()
-    return dev == _pu1
-
-
-def _kernels(dtype: torch.dtype):
-    """(statistics kernel, fingerprint kernel) of the C library for ``dtype``, or (None, None)."""
+def _kernel(dtype: torch.dtype):
     global _fused_fns
     if _fused_fns is None:
         from ascendify.precision import fused_stats
@@ -137,93 +120,175 @@ def _kernels(dtype: torch.dtype):
         lib = fused_stats.kernel()
         _fused_fns = {}
         if lib is not None:
-            for dt, name in _FUSED.items():
-                st, fp = getattr(lib, name, None), getattr(lib, name.replace("stats_", "fp_"), None)
-                if st is not None and fp is not None:
-                    _fused_fns[dt] = (st, fp)
-    return _fused_fns.get(dtype, (None, None))
+            for dt, name in _KERNEL_NAMES.items():
+                fn = getattr(lib, name, None)
+                if fn is not None:
+                    _fused_fns[dt] = fn
+    return _fused_fns.get(dtype)
 
 
-def _fused_head(m: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor | None:
-    """[min, max, sum, norm, nan_count, inf_count] by one pass of the C kernel (``fused_stats``), written into the
-    first 6 numbers of ``out`` (a float32 CPU tensor; a new one of 6 when None); None where the kernel is not
-    available or does not cover ``m`` (then the torch path runs)."""
-    fn = _kernels(m.dtype)[0]
-    if fn is None or not _host_memory(m):
-        return None
-    if m.is_contiguous():
-        sizes, strides, nd = _ONE(m.numel()), _ONE(1), 1
-    else:
-        lay = _runs(m)
-        if lay is None:
-            return None
-        sizes, strides, nd = lay
-    if out is None:
-        out = torch.empty(6)
-    fn(m.data_ptr(), nd, sizes, strides, out.data_ptr())
-    return out
-
-
-_CPU = torch.device("cpu")
-_F32 = ctypes.sizeof(ctypes.c_float)
-
-
-def _fused_fingerprint(x: torch.Tensor, out: torch.Tensor) -> bool:
-    """Write ``x``'s fingerprint into ``out[6:14]`` (a float32 CPU tensor) with the C kernel; False where it does not
-    apply (not contiguous, not host memory, no kernel): then ``fingerprint`` (torch) is the way."""
-    fn = _kernels(x.dtype)[1]
-    if fn is None or not x.is_contiguous() or not _host_memory(x):
+def _host_memory(t: torch.Tensor) -> bool:
+    """``t``'s data pointer is host memory: a CPU tensor, or one of the emulated npu (host memory retagged)."""
+    if t.is_cpu:
+        return True
+    rt = sys.modules.get("ascendify.emulator.runtime")
+    if rt is None or not getattr(rt, "enabled", False):
         return False
-    pos, w, scale = fingerprint_plan(x.numel(), _CPU)
-    k = x.numel() if pos is None else pos.numel()
-    fn(x.data_ptr(), None if pos is None else pos.data_ptr(), k, w.data_ptr(), scale, out.data_ptr() + 6 * _F32)
-    return True
+    global _pu1
+    if _pu1 is None:
+        _pu1 = torch._C._get_privateuse1_backend_name()
+    return t.device.type == _pu1
 
 
-def _fused_vector(x: torch.Tensor, m: torch.Tensor) -> torch.Tensor | None:
-    """The whole statistics vector of ``x`` (``m``: ``x`` in memory order) on the CPU with the C kernels, or None."""
-    out = torch.empty(STAT_LEN)
-    if _fused_head(m, out) is None:
-        return None
-    if not _fused_fingerprint(x, out):
-        out[6:].copy_(fingerprint(x))
-    return out
+_plans: dict[int, tuple] = {}  # numel -> (positions pointer or None, k, weights pointer, scale, keep-alive)
 
 
-def _ONE(v: int):
-    return (ctypes.c_int64 * 1)(v)
+def _cpu_plan(n: int) -> tuple:
+    plan = _plans.get(n)
+    if plan is None:
+        pos, w, scale = fingerprint_plan(n, _CPU)
+        k = n if pos is None else pos.numel()
+        plan = (None if pos is None else pos.data_ptr(), k, w.data_ptr(), scale, (pos, w))
+        if len(_plans) > 4096:
+            _plans.clear()
+        _plans[n] = plan
+    return plan
 
 
-def _runs(m: torch.Tensor):
-    """``m`` (in memory order) as rows of contiguous runs: (sizes, strides, ndim) as ctypes arrays, dims merged
-    where they are contiguous with each other; None when the innermost stride is not 1 or runs are short."""
-    sizes: list[int] = []
-    strides: list[int] = []
-    for sz, st in zip(m.shape, m.stride(), strict=True):
-        if sz == 1:
-            continue
-        if sizes and strides[-1] == st * sz:
-            sizes[-1] *= sz
-            strides[-1] = st
-        else:
-            sizes.append(sz)
-            strides.append(st)
-    if not sizes or strides[-1] != 1 or sizes[-1] < 16 or len(sizes) > 16:
-        return None
-    n = len(sizes)
-    return (ctypes.c_int64 * n)(*sizes), (ctypes.c_int64 * n)(*strides), n
+class StatTable:
+    """The statistics vectors of many tensors (a dump's step): row ``i`` is the ``i``-th tensor added.
+
+    Where the C kernel applies (host memory, float32/bfloat16/float16, any strides) one call writes the whole row
+    into a float32 table on the CPU, with no torch operation at all; elsewhere the row is a small tensor that torch
+    reductions computed on the tensor's own device (no host synchronisation until :meth:`rows`).
+    """
+
+    __slots__ = ("n", "_host", "_base", "_cap", "_dev", "_none", "_dims")
+
+    def __init__(self, capacity: int = 256):
+        self.n = 0
+        self._cap = max(1, capacity)
+        self._host = torch.empty(self._cap, STAT_LEN)
+        self._base = self._host.data_ptr()
+        self._dev: dict[int, torch.Tensor] = {}  # rows torch computed
+        self._none: set[int] = set()  # no statistics (empty, complex, another layout, a failure)
+        self._dims = (ctypes.c_int64 * (2 * _MAXDIM))()
+
+    def __len__(self) -> int:
+        return self.n
+
+    def _next(self) -> int:
+        i = self.n
+        if i == self._cap:
+            grown = torch.empty(2 * self._cap, STAT_LEN)
+            grown[:i].copy_(self._host)
+            self._host, self._base, self._cap = grown, grown.data_ptr(), 2 * self._cap
+        self.n = i + 1
+        return i
+
+    def has(self, i: int) -> bool:
+        """Row ``i`` holds statistics."""
+        return i not in self._none
+
+    def _fast(self, t: torch.Tensor, i: int, head: int | None) -> bool:
+        fn = _kernel(t.dtype)
+        if fn is None:
+            if t.dtype in _HALF or not _host_memory(t):
+                return False  # float64: torch reduces it in float64
+            t = t.to(torch.float32)  # integers and bool: a float32 copy (small tensors in practice)
+            fn = _kernel(torch.float32)
+            if fn is None:
+                return False
+        elif not _host_memory(t):
+            return False
+        nd = t.dim()
+        if nd > _MAXDIM:
+            return False
+        dims = self._dims
+        if nd:
+            dims[0:nd] = t.shape
+            dims[_MAXDIM : _MAXDIM + nd] = t.stride()
+        pos, k, w, scale, _keep = _cpu_plan(t.numel())
+        fn(t.data_ptr(), nd, dims, pos, k, w, scale, None if head is None else self._base + head * _ROW,
+           self._base + i * _ROW)  # fmt: skip
+        return True
+
+    def add(self, t: torch.Tensor) -> int:
+        """Summarise ``t`` (grad, torch-function handling and autocast off: the dumper's ``_quiet``)."""
+        i = self._next()
+        try:
+            if not _summarisable(t):
+                self._none.add(i)
+            elif not self._fast(t, i, None):
+                self._dev[i] = _torch_vector(t)
+        except Exception:  # an exotic tensor subclass, a device that cannot reduce: no statistics, never a crash
+            self._none.add(i)
+        return i
+
+    def add_view(self, base: int, t: torch.Tensor) -> int:
+        """Summarise ``t``, which holds exactly the elements of row ``base``'s tensor (a transpose, a ``view``, a
+        copy): the statistics are the same, only the fingerprint (which depends on positions) is computed."""
+        i = self._next()
+        try:
+            if base in self._none or not _summarisable(t):
+                self._none.add(i)
+            elif base in self._dev or not self._fast(t, i, base):
+                self._dev[i] = torch.cat([self.vector(base)[:6].to(t.device), fingerprint(t.detach())])
+        except Exception:
+            self._none.add(i)
+        return i
+
+    def add_vector(self, vec: torch.Tensor) -> int:
+        """A row given as a vector of ``STAT_LEN`` numbers."""
+        i = self._next()
+        self._dev[i] = vec
+        return i
+
+    def vector(self, i: int) -> torch.Tensor | None:
+        """Row ``i`` as a tensor (a copy of the host row; the device vector torch made), or None."""
+        if i in self._none:
+            return None
+        v = self._dev.get(i)
+        return v if v is not None else self._host[i].clone()
+
+    def rows(self) -> list[list[float] | None]:
+        """Every row on the host as Python floats (one transfer per device for the rows torch made)."""
+        with torch.no_grad(), torch._C.DisableTorchFunction():
+            out: list[list[float] | None] = self._host[: self.n].tolist()
+            groups: dict[str, list[int]] = {}
+            for i, v in self._dev.items():
+                groups.setdefault(str(v.device), []).append(i)
+            for idxs in groups.values():
+                host = torch.stack([self._dev[i] for i in idxs]).to("cpu", torch.float64).tolist()
+                for i, row in zip(idxs, host, strict=True):
+                    out[i] = row
+        for i in self._none:
+            out[i] = None
+        return out
+
+
+def stat_vector(t: torch.Tensor) -> torch.Tensor | None:
+    """The statistics vector of ``t`` (see the module docstring), or None for empty/complex/unsupported tensors.
+
+    Call with grad disabled, torch-function handling disabled and autocast off (the dumper does this).
+    """
+    table = StatTable(1)
+    return table.vector(table.add(t))
 
 
 def view_vector(base_vec: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
     """The statistics vector of ``t``, a view holding exactly the elements of a tensor whose vector is
     ``base_vec``: the statistics are the same, only the fingerprint (which depends on positions) is new."""
-    x = t.detach()
+    table = StatTable(2)
     if base_vec.device.type == "cpu" and base_vec.dtype == torch.float32:
-        out = torch.empty(STAT_LEN)
-        if _fused_fingerprint(x, out):
-            ctypes.memmove(out.data_ptr(), base_vec.data_ptr(), 6 * _F32)
-            return out
-    return torch.cat([base_vec[:6], fingerprint(x)])
+        table._host[0].copy_(base_vec)
+        table._next()
+    else:
+        table.add_vector(base_vec)
+    return table.vector(table.add_view(0, t))
+
+
+_CPU = torch.device("cpu")
 
 
 def _counts(m: torch.Tensor, norm: torch.Tensor) -> torch.Tensor:
