@@ -97,12 +97,22 @@ class DumpTooLarge(RuntimeError):
 _dtype_names: dict[torch.dtype, str] = {}
 
 
+_device_names: dict[torch.device, str] = {}
+
+
 def _meta(t: torch.Tensor) -> tuple[str, tuple[int, ...], bool, str]:
     dt = t.dtype
     name = _dtype_names.get(dt)
     if name is None:
         name = _dtype_names[dt] = str(dt)
-    return (name, tuple(t.shape), t.requires_grad, str(t.device))
+    if t.is_cpu:
+        dev = "cpu"
+    else:
+        d = t.device
+        dev = _device_names.get(d)
+        if dev is None:
+            dev = _device_names[d] = str(d)
+    return (name, tuple(t.shape), t.requires_grad, dev)
 
 
 def _scalar(v: Any, key: str) -> ScalarArg:
@@ -191,6 +201,8 @@ _AC_DEVICES: tuple[str, ...] = ()
 def _autocast_devices() -> list[str]:
     """Device types where autocast is on right now."""
     global _pu1, _AC_DEVICES
+    if not _any_autocast():
+        return []
     if _pu1 is None:
         try:
             _pu1 = torch._C._get_privateuse1_backend_name()
@@ -205,6 +217,9 @@ def _autocast_devices() -> list[str]:
                 pass
         _AC_DEVICES = tuple(devs)
     return [dev for dev in _AC_DEVICES if torch.is_autocast_enabled(dev)]
+
+
+_any_autocast = getattr(torch._C, "_is_any_autocast_enabled", lambda: True)
 
 
 class _quiet:

@@ -154,14 +154,19 @@ void NAME(const T* x, int nd, const int64_t* dims, const int64_t* pos, int64_t k
         if (sizes[d] != 1 && strides[d] != expect) { contiguous = 0; break; }                                    \
         expect *= sizes[d];                                                                                      \
     }                                                                                                            \
-    double acc[8] = {0., 0., 0., 0., 0., 0., 0., 0.};                                                            \
-    for (int64_t i = 0; i < k; i++) {                                                                            \
-        int64_t l = pos ? pos[i] : i, off = 0;                                                                   \
-        if (contiguous) off = l;                                                                                 \
-        else for (int d = nd - 1; d >= 0; d--) { off += (l % sizes[d]) * strides[d]; l /= sizes[d]; }            \
-        float v = LOAD(x[off]);                                                                                  \
-        const float* wi = w + 8 * i;                                                                             \
-        for (int j = 0; j < 8; j++) acc[j] += (double)wi[j] * v;                                                 \
+    double acc[8] = {0., 0., 0., 0., 0., 0., 0., 0.};  /* float over 64 samples (one vector FMA each), then double */\
+    for (int64_t b = 0; b < k; b += 64) {                                                                        \
+        float part[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};                                                \
+        int64_t end = b + 64 < k ? b + 64 : k;                                                                   \
+        for (int64_t i = b; i < end; i++) {                                                                     \
+            int64_t l = pos ? pos[i] : i, off = 0;                                                               \
+            if (contiguous) off = l;                                                                             \
+            else for (int d = nd - 1; d >= 0; d--) { off += (l % sizes[d]) * strides[d]; l /= sizes[d]; }        \
+            float v = LOAD(x[off]);                                                                              \
+            const float* wi = w + 8 * i;                                                                         \
+            for (int j = 0; j < 8; j++) part[j] += wi[j] * v;                                                    \
+        }                                                                                                        \
+        for (int j = 0; j < 8; j++) acc[j] += part[j];                                                           \
     }                                                                                                            \
     for (int j = 0; j < 8; j++) out[6 + j] = (float)(acc[j] * scale);                                            \
 }

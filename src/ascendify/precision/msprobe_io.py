@@ -268,6 +268,9 @@ def _link(src: Path, dst: Path) -> None:
         _write_plain(dst, src.read_bytes())
 
 
+_FLAT_KEYS = tuple(str(i) for i in range(64))
+
+
 def _is_positional(key: str) -> bool:
     return key[:1].isdigit()  # "0", "1.0"; keyword names never start with a digit
 
@@ -290,6 +293,8 @@ def _dense(items: list) -> list:
 
 def _nest(items: list, conv) -> list:
     """Rebuild nesting from keys "0", "1.0", "1.1" -> [v0, [v10, v11]]."""
+    if len(items) <= len(_FLAT_KEYS) and all(it[0] == k for it, k in zip(items, _FLAT_KEYS, strict=False)):
+        return [conv(it) for it in items]  # most calls: keys "0", "1", ... in order, nothing nested
     out: list = []
     for it in items:
         parts = it[0].split(".")
