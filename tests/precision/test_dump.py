@@ -438,3 +438,27 @@ def test_infinite_values_and_arguments_are_dumped_as_msprobe_writes_them(tmp_pat
     assert fill.outputs[0].min == -math.inf
     assert any(getattr(a, "value", None) == -math.inf for a in fill.inputs)
     assert "-Infinity" in next((tmp_path / "d").rglob("dump.json")).read_text()
+
+
+def test_entries_shared_between_nodes_stay_their_own_and_json_serves_without_orjson(tmp_path, monkeypatch):
+    from ascendify.precision import msprobe_io
+
+    class D(nn.Module):
+        def forward(self, x):
+            y = x * 2
+            return {"logits": y, "again": y.relu()}
+
+    d, x = D(), torch.randn(3)
+    for kind in ("fast", "slow"):  # one line of source for both dumps
+        if kind == "slow":
+            monkeypatch.setattr(msprobe_io, "_orjson", None)  # as where orjson is not installed
+        with dump(d, tmp_path / kind):
+            d(x)
+    docs = [json.loads(next((tmp_path / k).rglob("dump.json")).read_text()) for k in ("fast", "slow")]
+    assert docs[0]["data"] == docs[1]["data"]  # the same document either way
+    data = docs[0]["data"]
+    # the module's dict output names its keys; the same tensor as the mul's output and relu's input does not
+    assert [e["key"] for e in data["Module.D.forward.0"]["output"]] == ["logits", "again"]
+    assert "key" not in data["Tensor.__mul__.0.forward"]["output"][0]
+    assert "key" not in data["Tensor.relu.0.forward"]["input_args"][0]
+    assert data["Tensor.__mul__.0.forward"]["output"][0]["Max"] == pytest.approx((x * 2).max().item())

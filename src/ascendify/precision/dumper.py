@@ -16,8 +16,8 @@ How it hooks (chosen for speed; see docs/precision.md):
   output is the backward node's input, the gradient of a (non-leaf) input its output; parameter gradients come from
   one hook per parameter. The autograd graph is not changed (no ``BackwardHookFunction``), so in-place operations on
   module outputs keep working. A gradient hook on a tensor used by several calls sees the total gradient.
-* **statistics** are computed by ``stats.stat_vector`` (one C pass over host memory; elsewhere on the tensor's
-  device, no host sync per tensor), kept in a list, and moved to the host once per step at flush. A tensor seen twice (an API's output, then the enclosing
+* **statistics** are computed into a ``stats.StatTable`` (one C call per tensor in host memory; elsewhere on the
+  tensor's device, no host sync per tensor), and moved to the host once per step at flush. A tensor seen twice (an API's output, then the enclosing
   module's output) is summarised once: the dumper remembers it by a weak reference and its version counter, so it
   keeps no tensor alive (memory is O(nodes)). Parameters are remembered by ``id`` only inside a top-level module
   call (a weak reference would stop the emulated npu's parameter swap), and every cache is dropped when a new

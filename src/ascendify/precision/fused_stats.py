@@ -12,7 +12,9 @@ It is compiled on first use with the system's C compiler (``$CC``, else ``cc``/`
 and ``stat_vector`` uses the torch path: the results agree within float32 rounding of the sums (the kernel's are
 closer to exact: double across blocks).
 
-Covered: contiguous (in some dimension order) float32, bfloat16 and float16 tensors on the CPU.
+Covered: float32, bfloat16 and float16 tensors in host memory, of any strides (up to 16 dimensions). One call
+(``vec_*``) gives a tensor's whole statistics vector, the fingerprint included (``stats.StatTable``); the fingerprint
+sums 64 samples at a time in float32 vectors, then in double.
 """
 
 from __future__ import annotations

@@ -1,23 +1,25 @@
 """Tensor statistics and the fingerprint, computed on the tensor's device with no host synchronisation.
 
-``stat_vector(t)`` returns one small float32 tensor on ``t``'s device (on the CPU when the C kernel made it)::
+One statistics vector per tensor, 14 float32 numbers::
 
     [min, max, sum, l2norm, nan_count, inf_count, fp_0 .. fp_7]      (STAT_LEN = 14 numbers)
 
-The dumper keeps these vectors in a list and moves them to the host once per step (``torch.stack(...).tolist()``);
-``to_tensor_stats`` turns one row into a ``model.TensorStats``. The fingerprint is defined in ``precision.model``.
+``StatTable`` holds a dump step's vectors (row ``i``: the ``i``-th tensor added) and gives them to the host once per
+step (``rows()``); ``to_tensor_stats`` turns one row into a ``model.TensorStats``. ``stat_vector(t)`` and
+``view_vector`` are the one-tensor forms. The fingerprint is defined in ``precision.model``.
 
-Cost: on the CPU (and the emulated npu, whose tensors are host memory) one pass of a C kernel
-(``fused_stats``) over the data gives min, max, sum, norm and the NaN/Inf counts, and a second small kernel the
-fingerprint, both writing into the vector: no torch op but its allocation. Elsewhere (other devices, layouts the
-kernel does not cover, no C compiler) three torch reductions (``aminmax``, ``sum``, ``linalg.vector_norm``;
-bfloat16/float16 reduced in float32 without a converted copy; a non-contiguous tensor first permuted into its
-memory order, which changes none of these values and lets the reductions read memory in sequence), plus the
-fingerprint's gather of at most ``FINGERPRINT_SAMPLES`` elements. ``view_vector`` reuses the first six numbers for
-a view of an already summarised tensor (same storage, same number of elements: a transpose, a ``view``), so views
-cost only the gather. NaN/Inf counts on the torch path: on the CPU they are counted only when the norm is not
-finite (reading one number there costs nothing); on other devices two more reductions run on the device, so the
-host is never waited for per tensor.
+Cost: on the CPU (and the emulated npu, whose tensors are host memory) **one call** of a C kernel (``fused_stats``)
+per tensor writes its whole row into the table's float32 memory: one pass over the data in memory order (any
+strides: slices, transposes, broadcasts) for min, max, sum, norm and the NaN/Inf counts, then the fingerprint's
+gather of at most ``FINGERPRINT_SAMPLES`` logical positions. No torch operation runs, and the Python around the call
+is about 3 us. Integers and bool go through a float32 copy. Elsewhere (other devices, float64, no C compiler) three
+torch reductions on the tensor's device (``aminmax``, ``sum``, ``linalg.vector_norm``; bfloat16/float16 reduced in
+float32 without a converted copy; a non-contiguous tensor first permuted into its memory order, which changes none
+of these values and lets the reductions read memory in sequence) plus the fingerprint's ``take`` and ``mv``.
+``add_view`` reuses the first six numbers for a view of an already summarised tensor (same storage, same number of
+elements: a transpose, a ``view``), so views cost only the fingerprint. NaN/Inf counts on the torch path: on the
+CPU they are counted only when the norm is not finite (reading one number there costs nothing); on other devices
+two more reductions run on the device, so the host is never waited for per tensor.
 """
 
 from __future__ import annotations
