@@ -696,7 +696,7 @@ class Dumper:
                 if a.requires_grad and a.grad_fn is not None:
                     self._watch_grad(a, rec, "output", key)
 
-    def _record_outputs(self, rec: _Rec, out) -> list[tuple[str, torch.Tensor]]:
+    def _record_outputs(self, rec: _Rec, out) -> list[tuple[str, torch.Tensor, int]]:
         """Record the outputs; return the tensors that need a gradient hook."""
         if isinstance(out, torch.Tensor):
             flat = [("0", out)]
@@ -716,9 +716,10 @@ class Dumper:
                 self._copy_stat(out, rec.args[0][2])
         for key, v in flat:
             if isinstance(v, torch.Tensor):
-                rec.outputs.append((key, _meta(v), self._stat(v)))
+                idx = self._stat(v)
+                rec.outputs.append((key, _meta(v), idx))
                 if v.requires_grad and v.grad_fn is not None:  # never a hook on a leaf: it would outlive the step
-                    grad_out.append((key, v))
+                    grad_out.append((key, v, idx))
             elif v is not None:
                 rec.outputs.append((key, _scalar(v, key), None))
         return grad_out
@@ -827,15 +828,17 @@ class Dumper:
                 if rec.kind == "api" and not _has_tensor(rec.args) and not _has_tensor(rec.outputs):
                     rec.kind = None  # no tensor in or out: not a node (dropped at flush)
                 if self.backward and grad_out and grad_on:
-                    for key, t in grad_out:
-                        self._watch_grad(t, rec, "input", key)
+                    for key, t, idx in grad_out:
+                        self._watch_grad(t, rec, "input", key, idx)
         finally:
             self._busy = False
 
-    def _watch_grad(self, t: torch.Tensor, rec: _Rec, side: str, key: str) -> None:
+    def _watch_grad(self, t: torch.Tensor, rec: _Rec, side: str, key: str, idx: int | None = None) -> None:
         """Record ``t``'s gradient as ``rec``'s backward input ("input": ``t`` is an output of ``rec``) or output
-        ("output": ``t`` is an input). One hook per tensor serves every call that produced or used it."""
-        idx = self._stat(t)
+        ("output": ``t`` is an input). One hook per tensor serves every call that produced or used it. ``idx``:
+        ``t``'s statistics row when the caller has it."""
+        if idx is None:
+            idx = self._stat(t)
         targets = self._grad_targets.get(idx)
         if targets is None:
             targets = self._grad_targets[idx] = []
