@@ -462,3 +462,17 @@ def test_entries_shared_between_nodes_stay_their_own_and_json_serves_without_orj
     assert "key" not in data["Tensor.__mul__.0.forward"]["output"][0]
     assert "key" not in data["Tensor.relu.0.forward"]["input_args"][0]
     assert data["Tensor.__mul__.0.forward"]["output"][0]["Max"] == pytest.approx((x * 2).max().item())
+
+
+def test_msprobe_style_bare_nan_and_infinity_still_load(tmp_path):
+    lin = nn.Linear(2, 2)
+    with dump(lin, tmp_path / "d", level="module"):
+        lin(torch.randn(1, 2))
+    f = next((tmp_path / "d").rglob("dump.json"))
+    doc = json.loads(f.read_text())
+    out = doc["data"]["Module.Linear.forward.0"]["output"][0]
+    out["Max"], out["Min"] = float("nan"), float("-inf")
+    f.write_text(json.dumps(doc))  # json writes bare NaN / -Infinity, as msprobe's files hold them
+    assert "NaN" in f.read_text() and '"NaN"' not in f.read_text()
+    t = load_dump(tmp_path / "d").by_name()["Module.Linear.forward.0"].outputs[0]
+    assert math.isnan(t.max) and t.min == -math.inf
