@@ -612,7 +612,15 @@ class Dumper:
         table = self._table
         try:
             n = t.numel()
-            skey = (t.data_ptr(), n, t.dtype) if n and t.layout == torch.strided and ver is not None else None
+            # only a dense tensor covers exactly the n elements from its data_ptr: a slice or a broadcast of the
+            # same (data_ptr, numel) may hold other elements, and a wrapper subclass's data_ptr is 0
+            skey = (
+                (t.data_ptr(), n, t.dtype)
+                if n and t.layout == torch.strided and ver is not None and t.is_non_overlapping_and_dense()
+                else None
+            )
+            if skey is not None and not skey[0]:
+                skey = None
         except Exception:
             skey = None
         base = self._storage.get(skey) if skey is not None else None

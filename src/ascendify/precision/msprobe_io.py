@@ -158,8 +158,10 @@ def write_step(dumper, recs, rows) -> Path:
             if meta.type == "NoneType":
                 return None
             v = meta.value
-            if isinstance(v, float) and not math.isfinite(v):
-                v = _json_num(v)  # read back by _values
+            if isinstance(v, float):
+                v = float(v)  # a subclass (numpy.float64): a plain float, which orjson writes
+                if not math.isfinite(v):
+                    v = _json_num(v)  # read back by _values
             return {"type": meta.type, "value": v}
         return tensor_entry(node_name, role, meta, idx)
 
@@ -450,6 +452,9 @@ def _is_tensor(d: Any) -> bool:
     return isinstance(d, dict) and ("dtype" in d and "shape" in d) and d.get("type") != "torch.Size"
 
 
+_NON_FINITE = ("NaN", "Infinity", "-Infinity")
+
+
 def _values(v: Any, key: str, out: list, scalars: dict | None) -> None:
     if _is_tensor(v):
         out.append(_tensor(v, key))
@@ -458,8 +463,8 @@ def _values(v: Any, key: str, out: list, scalars: dict | None) -> None:
             _values(x, f"{key}.{i}" if key else str(i), out, scalars)
     elif isinstance(v, dict) and "type" in v:
         value = v.get("value")
-        if v.get("type") == "float" and isinstance(value, str):
-            value = _num(value)  # a non-finite float, written as "NaN" / "Infinity" / "-Infinity"
+        if isinstance(value, str) and value in _NON_FINITE and v.get("type") != "str":
+            value = _num(value)  # a non-finite float (numpy.float64 too), written as "NaN" / "Infinity" / "-Infinity"
         s = ScalarArg(str(v.get("type")), value, key)
         out.append(s)
         if scalars is not None:

@@ -204,14 +204,15 @@ class StatTable:
         elif not _host_memory(t):
             return False
         nd = t.dim()
-        if nd > _MAXDIM:
+        ptr = t.data_ptr()
+        if nd > _MAXDIM or not ptr:  # a wrapper subclass (no storage of its own) reports 0: torch reduces it
             return False
         dims = self._dims
         if nd:
             dims[0:nd] = t.shape
             dims[_MAXDIM : _MAXDIM + nd] = t.stride()
         pos, k, w, scale, _keep = _cpu_plan(t.numel())
-        fn(t.data_ptr(), nd, dims, pos, k, w, scale, None if head is None else self._base + head * _ROW,
+        fn(ptr, nd, dims, pos, k, w, scale, None if head is None else self._base + head * _ROW,
            self._base + i * _ROW)  # fmt: skip
         return True
 
@@ -261,7 +262,11 @@ class StatTable:
             for i, v in self._dev.items():
                 groups.setdefault(str(v.device), []).append(i)
             for idxs in groups.values():
-                host = torch.stack([self._dev[i] for i in idxs]).to("cpu", torch.float64).tolist()
+                try:
+                    host = torch.stack([self._dev[i] for i in idxs]).to("cpu", torch.float64).tolist()
+                except Exception:  # rows without data (a meta tensor's): none of these, the step's others kept
+                    host = [None] * len(idxs)
+                    self._none.update(idxs)
                 for i, row in zip(idxs, host, strict=True):
                     out[i] = row
         for i in self._none:
