@@ -465,3 +465,40 @@ def test_tensorstats_from_a_shared_entry_are_equal(tmp_path):
     a, b = node.outputs
     assert isinstance(a, TensorStats) and (a.key, b.key) == ("0", "1")
     assert dataclasses.replace(a, key="x") == dataclasses.replace(b, key="x")
+
+
+def test_views_of_a_slice_reuse_its_statistics_and_are_right(tmp_path, monkeypatch):
+    """The q/k/v pattern: a strided slice of a fused projection, then ``view`` and ``transpose`` of it, cover the
+    same memory: their statistics come from the slice's row (one pass over its memory, not three), and are right."""
+    from ascendify.precision import stats as stats_mod
+
+    calls = {"add": 0, "add_view": 0}
+    real_add, real_view = stats_mod.StatTable.add, stats_mod.StatTable.add_view
+
+    def add(self, t):
+        calls["add"] += 1
+        return real_add(self, t)
+
+    def add_view(self, base, t):
+        calls["add_view"] += 1
+        return real_view(self, base, t)
+
+    monkeypatch.setattr(stats_mod.StatTable, "add", add)
+    monkeypatch.setattr(stats_mod.StatTable, "add_view", add_view)
+
+    class M(nn.Module):
+        def forward(self, qkv):
+            q = qkv.split(8, dim=-1)[0]  # strided: rows of 8 out of 24
+            return q.view(2, 3, 2, 4).transpose(1, 2)
+
+    qkv = torch.randn(2, 3, 24)
+    with dump(M(), tmp_path / "q", level="api", backward=False):
+        M()(qkv)
+    # inputs: qkv; split's three outputs; view and transpose reuse the first output's row
+    assert calls == {"add": 4, "add_view": 2}, calls
+    by = load_dump(tmp_path / "q").by_name()
+    ref = qkv[..., :8]
+    for name in ("Tensor.view.0.forward", "Tensor.transpose.0.forward"):
+        got = by[name].outputs[0]
+        r = _ref(ref)
+        assert (got.min, got.max) == (r[0], r[1]) and got.norm == pytest.approx(r[3], rel=1e-6), name

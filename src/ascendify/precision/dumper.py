@@ -612,13 +612,9 @@ class Dumper:
         table = self._table
         try:
             n = t.numel()
-            # only a dense tensor covers exactly the n elements from its data_ptr: a slice or a broadcast of the
-            # same (data_ptr, numel) may hold other elements, and a wrapper subclass's data_ptr is 0
-            skey = (
-                (t.data_ptr(), n, t.dtype)
-                if n and t.layout == torch.strided and ver is not None and t.is_non_overlapping_and_dense()
-                else None
-            )
+            # the memory a tensor covers: its data_ptr and footprint (a view, a transpose of it: the same; a slice
+            # or a broadcast from the same address: another); a wrapper subclass's data_ptr is 0
+            skey = (t.data_ptr(), t.dtype, _footprint(t)) if n and t.layout == torch.strided and ver is not None else None
             if skey is not None and not skey[0]:
                 skey = None
         except Exception:
@@ -957,6 +953,28 @@ class Dumper:
     def tensor_bytes(self) -> int:
         """Bytes of tensor data seen so far in this step (tensor mode)."""
         return self._bytes
+
+
+def _footprint(t: torch.Tensor) -> int | tuple[tuple[int, int], ...]:
+    """The memory elements ``t`` reads from its data pointer, independent of dimension order: the number of elements
+    for a contiguous tensor, else its (size, stride) runs in memory order with contiguous neighbours merged (as the
+    statistics kernel walks them). Two tensors from the same address with the same footprint hold the same
+    elements: ``view``, ``transpose``, ``permute`` keep it; a slice, a broadcast or another stride change it."""
+    if t.is_contiguous():
+        return t.numel()
+    dims = sorted(
+        ((sz, st) for sz, st in zip(t.shape, t.stride(), strict=True) if sz != 1),
+        key=lambda d: (-d[1] if d[1] else -math.inf, -d[0]),
+    )
+    runs: list[tuple[int, int]] = []
+    for sz, st in dims:
+        if runs and runs[-1][1] == st * sz:
+            runs[-1] = (runs[-1][0] * sz, st)
+        else:
+            runs.append((sz, st))
+    if len(runs) == 1 and runs[0][1] == 1:
+        return runs[0][0]  # dense in another dimension order (a transpose): as its contiguous base
+    return tuple(runs)
 
 
 def _has_tensor(items: list) -> bool:
