@@ -16,8 +16,9 @@ is about 3 us. Integers and bool go through a float32 copy. Elsewhere (other dev
 torch reductions on the tensor's device (``aminmax``, ``sum``, ``linalg.vector_norm``; bfloat16/float16 reduced in
 float32 without a converted copy; a non-contiguous tensor first permuted into its memory order, which changes none
 of these values and lets the reductions read memory in sequence) plus the fingerprint's ``take`` and ``mv``.
-``add_view`` reuses the first six numbers for a view of an already summarised tensor (same storage, same number of
-elements: a transpose, a ``view``), so views cost only the fingerprint. NaN/Inf counts on the torch path: on the
+``add_view`` reuses the first six numbers for a tensor that holds exactly the elements of an already summarised one
+(a transpose, a ``view``, a copy: the dumper decides, by data pointer and memory footprint), so it costs only the
+fingerprint. NaN/Inf counts on the torch path: on the
 CPU they are counted only when the norm is not finite (reading one number there costs nothing); on other devices
 two more reductions run on the device, so the host is never waited for per tensor.
 """
