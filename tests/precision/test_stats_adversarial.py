@@ -467,9 +467,8 @@ def test_tensorstats_from_a_shared_entry_are_equal(tmp_path):
     assert dataclasses.replace(a, key="x") == dataclasses.replace(b, key="x")
 
 
-def test_views_of_a_slice_reuse_its_statistics_and_are_right(tmp_path, monkeypatch):
-    """The q/k/v pattern: a strided slice of a fused projection, then ``view`` and ``transpose`` of it, cover the
-    same memory: their statistics come from the slice's row (one pass over its memory, not three), and are right."""
+def _count_passes(monkeypatch) -> dict[str, int]:
+    """Counts of full statistics passes (``add``) and fingerprint-only reuses (``add_view``) from now on."""
     from ascendify.precision import stats as stats_mod
 
     calls = {"add": 0, "add_view": 0}
@@ -485,6 +484,13 @@ def test_views_of_a_slice_reuse_its_statistics_and_are_right(tmp_path, monkeypat
 
     monkeypatch.setattr(stats_mod.StatTable, "add", add)
     monkeypatch.setattr(stats_mod.StatTable, "add_view", add_view)
+    return calls
+
+
+def test_views_of_a_slice_reuse_its_statistics_and_are_right(tmp_path, monkeypatch):
+    """The q/k/v pattern: a strided slice of a fused projection, then ``view`` and ``transpose`` of it, cover the
+    same memory: their statistics come from the slice's row (one pass over its memory, not three), and are right."""
+    calls = _count_passes(monkeypatch)
 
     class M(nn.Module):
         def forward(self, qkv):
@@ -502,3 +508,24 @@ def test_views_of_a_slice_reuse_its_statistics_and_are_right(tmp_path, monkeypat
         got = by[name].outputs[0]
         r = _ref(ref)
         assert (got.min, got.max) == (r[0], r[1]) and got.norm == pytest.approx(r[3], rel=1e-6), name
+
+
+def test_a_view_made_after_its_slice_is_gone_still_reuses_the_row(tmp_path, monkeypatch):
+    """Attention code drops the q/k/v slices once it has their head views; ``k.transpose(-2, -1)`` in the score
+    matmul covers the same memory as the (dead) slice and the (live) view: it reuses their row, and is right."""
+    calls = _count_passes(monkeypatch)
+
+    class M(nn.Module):
+        def forward(self, qkv):
+            q, k = (z.view(2, 3, 2, 4).transpose(1, 2) for z in qkv.split(8, dim=-1)[:2])
+            return torch.matmul(q, k.transpose(-2, -1))
+
+    qkv = torch.randn(2, 3, 24)
+    with dump(M(), tmp_path / "k", level="api", backward=False):
+        M()(qkv)
+    # full passes: qkv, split's three outputs, the matmul's output; every view and transpose of q and k reuses
+    assert calls == {"add": 5, "add_view": 5}, calls
+    got = load_dump(tmp_path / "k").by_name()["Tensor.transpose.2.forward"].outputs[0]
+    r = _ref(qkv[..., 8:16])
+    assert (got.min, got.max) == (r[0], r[1]) and got.norm == pytest.approx(r[3], rel=1e-6)
+    assert got.shape == (2, 2, 4, 3)

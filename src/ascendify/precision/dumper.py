@@ -623,6 +623,7 @@ class Dumper:
         if base is not None and base[1] == ver and base[0]() is not None and table.has(base[2]):
             idx = table.add_view(base[2], t)  # a view of the same elements: same statistics
         else:
+            base = None
             idx = table.add(t)
             if skey is not None and table.has(idx):
                 self._storage.pop(skey, None)
@@ -631,7 +632,11 @@ class Dumper:
                 raise TypeError
             ref = weakref.ref(t)
             self._seen[key] = (ref, ver, idx)
-            if skey is not None and table.has(idx) and skey not in self._storage:
+            if base is not None:
+                # the newest tensor over this memory keeps the entry valid (while it lives, the memory is not
+                # reused): q/k/v's slices die inside the attention code, their views and transposes live on
+                self._storage[skey] = (ref, ver, base[2])
+            elif skey is not None and table.has(idx) and skey not in self._storage:
                 self._storage[skey] = (ref, ver, idx)
         except TypeError:
             pass
