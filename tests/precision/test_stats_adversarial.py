@@ -474,9 +474,9 @@ def _count_passes(monkeypatch) -> dict[str, int]:
     calls = {"add": 0, "add_view": 0}
     real_add, real_view = stats_mod.StatTable.add, stats_mod.StatTable.add_view
 
-    def add(self, t):
+    def add(self, t, defer=False):
         calls["add"] += 1
-        return real_add(self, t)
+        return real_add(self, t, defer)
 
     def add_view(self, base, t):
         calls["add_view"] += 1

@@ -68,6 +68,31 @@ _COPY_OPS = frozenset(
     f"Tensor.{n}" for n in ("reshape", "contiguous", "clone", "flatten", "cpu", "npu", "cuda", "reshape_as")
 ) | frozenset(("torch.reshape", "torch.clone", "torch.flatten"))
 
+# split-family calls: their outputs together hold exactly the elements of their input
+_SPLIT_OPS = frozenset(
+    f"{p}.{n}" for p in ("Tensor", "torch") for n in ("split", "chunk", "unbind", "tensor_split", "split_with_sizes")
+)
+
+
+def _keeps_deferred() -> frozenset:
+    """Calls that never write to a tensor's memory and that run between a fused projection and its split (views,
+    the split family, shape queries): a deferred tensor's statistics can wait through them (``StatTable.add``).
+    Every other call settles them first."""
+    T = torch.Tensor
+    names = ("view", "view_as", "reshape", "reshape_as", "permute", "transpose", "t", "unflatten", "flatten",
+             "unsqueeze", "squeeze", "movedim", "contiguous", "size", "dim", "stride", "numel", "is_contiguous",
+             "split", "chunk", "unbind", "tensor_split", "split_with_sizes")  # fmt: skip
+    funcs = {getattr(T, n) for n in names if hasattr(T, n)}
+    funcs |= {getattr(torch, n) for n in names if hasattr(torch, n)}
+    for prop in ("shape", "ndim", "dtype", "device", "requires_grad", "is_leaf", "grad_fn", "layout"):
+        d = getattr(T, prop, None)
+        if d is not None and hasattr(d, "__get__"):
+            funcs.add(d.__get__)
+    return frozenset(funcs)
+
+
+_KEEPS_DEFERRED = _keeps_deferred()
+
 _internal_dirs = tuple(
     os.path.dirname(m.__file__) + os.sep
     for m in (torch, sys.modules["ascendify"], contextlib)
@@ -361,6 +386,8 @@ class _ApiMode(TorchFunctionMode):
         if kwargs is None:
             kwargs = {}
         d = self.d
+        if d._table.pending is not None and not d._busy and func not in _KEEPS_DEFERRED:
+            d._table.settle()  # this call could write to the deferred tensor: take its statistics first
         if not d._recording or d._busy:
             return func(*args, **kwargs)
         try:
@@ -597,8 +624,9 @@ class Dumper:
 
     # -- statistics ----------------------------------------------------------------------------------------------
 
-    def _stat(self, t: torch.Tensor) -> int:
-        """Index of ``t``'s statistics vector in this step (computed once per tensor version)."""
+    def _stat(self, t: torch.Tensor, defer: bool = False) -> int:
+        """Index of ``t``'s statistics vector in this step (computed once per tensor version). ``defer``: an API
+        call's output, which may wait for the next call (``StatTable.add``; ``_ApiMode`` settles it)."""
         key = id(t)
         try:
             ver = t._version
@@ -610,38 +638,52 @@ class Dumper:
         if seen is not None and seen[1] == ver and seen[0]() is t:
             return seen[2]
         table = self._table
-        try:
-            n = t.numel()
-            # the memory a tensor covers: its data_ptr and footprint (a view, a transpose of it: the same; a slice
-            # or a broadcast from the same address: another); a wrapper subclass's data_ptr is 0
-            skey = (t.data_ptr(), t.dtype, _footprint(t)) if n and t.layout == torch.strided and ver is not None else None
-            if skey is not None and not skey[0]:
-                skey = None
-        except Exception:
-            skey = None
+        skey = _memory_key(t, ver)
         base = self._storage.get(skey) if skey is not None else None
         if base is not None and base[1] == ver and base[0]() is not None and table.has(base[2]):
             idx = table.add_view(base[2], t)  # a view of the same elements: same statistics
         else:
             base = None
-            idx = table.add(t)
+            idx = table.add(t, defer and ver is not None)
             if skey is not None and table.has(idx):
                 self._storage.pop(skey, None)
-        try:
-            if ver is None:
-                raise TypeError
-            ref = weakref.ref(t)
-            self._seen[key] = (ref, ver, idx)
-            if base is not None:
-                # the newest tensor over this memory keeps the entry valid (while it lives, the memory is not
-                # reused): q/k/v's slices die inside the attention code, their views and transposes live on
-                self._storage[skey] = (ref, ver, base[2])
-            elif skey is not None and table.has(idx) and skey not in self._storage:
-                self._storage[skey] = (ref, ver, idx)
-        except TypeError:
-            pass
+        self._remember(t, ver, skey, idx, base)
         self._keep(t, idx)
         return idx
+
+    def _remember(self, t: torch.Tensor, ver: int | None, skey: tuple | None, idx: int, base: tuple | None) -> None:
+        """Note ``t``'s row for later calls that name ``t`` (``_seen``) or a view of its memory (``_storage``);
+        ``base``: the entry ``t`` reused."""
+        if ver is None:
+            return
+        try:
+            ref = weakref.ref(t)
+        except TypeError:
+            return
+        self._seen[id(t)] = (ref, ver, idx)
+        if base is not None:
+            # the newest tensor over this memory keeps the entry valid (while it lives, the memory is not reused):
+            # q/k/v's slices die inside the attention code, their views and transposes live on
+            self._storage[skey] = (ref, ver, base[2])
+        elif skey is not None and self._table.has(idx) and skey not in self._storage:
+            self._storage[skey] = (ref, ver, idx)
+
+    def _split_stat(self, src: int, parts: list[torch.Tensor]) -> None:
+        """The outputs of a ``split``/``chunk``/``unbind`` of row ``src``'s tensor: when that tensor's statistics
+        are still deferred, the parts are read and its row is combined from theirs (``StatTable.add_parts``)."""
+        rows = self._table.add_parts(src, parts)
+        if rows is None:
+            return
+        for t, idx in zip(parts, rows, strict=True):
+            try:
+                ver = t._version
+            except RuntimeError:
+                continue
+            skey = _memory_key(t, ver)
+            if skey is not None:
+                self._storage.pop(skey, None)
+            self._remember(t, ver, skey, idx, None)
+            self._keep(t, idx)
 
     def _keep(self, t: torch.Tensor, idx: int) -> None:
         """Tensor mode: a copy of ``t``; checksum mode: its MD5."""
@@ -723,9 +765,16 @@ class Dumper:
             src_meta = rec.args[0][1]
             if src_meta[0] == _meta(out)[0] and math.prod(src_meta[1]) == out.numel():
                 self._copy_stat(out, rec.args[0][2])
+        elif (
+            rec.api in _SPLIT_OPS and self._table.pending is not None and rec.args and rec.args[0][2] is not None
+            and flat and all(isinstance(v, torch.Tensor) for _, v in flat)
+        ):  # fmt: skip
+            self._split_stat(rec.args[0][2], [v for _, v in flat])
+        # an API call's single output may wait for the next call (which settles it unless it is a view or split)
+        defer = rec.kind == "api" and isinstance(out, torch.Tensor)
         for key, v in flat:
             if isinstance(v, torch.Tensor):
-                idx = self._stat(v)
+                idx = self._stat(v, defer)
                 rec.outputs.append((key, _meta(v), idx))
                 if v.requires_grad and v.grad_fn is not None:  # never a hook on a leaf: it would outlive the step
                     grad_out.append((key, v, idx))
@@ -958,6 +1007,21 @@ class Dumper:
     def tensor_bytes(self) -> int:
         """Bytes of tensor data seen so far in this step (tensor mode)."""
         return self._bytes
+
+
+def _memory_key(t: torch.Tensor, ver: int | None) -> tuple | None:
+    """The memory a tensor covers: (data pointer, dtype, footprint). A view or transpose of it has the same key, a
+    slice or a broadcast from the same address another. None for an empty tensor, another layout, one without a
+    version counter, or a wrapper subclass (data pointer 0)."""
+    if ver is None:
+        return None
+    try:
+        if not t.numel() or t.layout != torch.strided:
+            return None
+        ptr = t.data_ptr()
+        return (ptr, t.dtype, _footprint(t)) if ptr else None
+    except Exception:
+        return None
 
 
 def _footprint(t: torch.Tensor) -> int | tuple[tuple[int, int], ...]:

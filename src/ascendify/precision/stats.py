@@ -112,6 +112,7 @@ _KERNEL_NAMES = {torch.float32: "vec_f32", torch.bfloat16: "vec_bf16", torch.flo
 _fused_fns: dict | None = None  # dtype -> the C function (``fused_stats``); {} where there is none
 _pu1: str | None = None
 _ROW = STAT_LEN * ctypes.sizeof(ctypes.c_float)
+_DEFER_MIN = 1 << 16  # elements: a smaller tensor is cheap to read twice (it is still in cache)
 _MAXDIM = 16  # fused_stats.MAXDIM
 
 
@@ -166,7 +167,7 @@ class StatTable:
     reductions computed on the tensor's own device (no host synchronisation until :meth:`rows`).
     """
 
-    __slots__ = ("n", "_host", "_base", "_cap", "_dev", "_none", "_dims")
+    __slots__ = ("n", "_host", "_base", "_cap", "_dev", "_none", "_dims", "pending", "_views")
 
     def __init__(self, capacity: int = 256):
         self.n = 0
@@ -176,6 +177,9 @@ class StatTable:
         self._dev: dict[int, torch.Tensor] = {}  # rows torch computed
         self._none: set[int] = set()  # no statistics (empty, complex, another layout, a failure)
         self._dims = (ctypes.c_int64 * (2 * _MAXDIM))()
+        # the deferred tensor (``add(defer=True)``): (tensor, row, version), and the views of it added meanwhile
+        self.pending: tuple[torch.Tensor, int, int] | None = None
+        self._views: list[tuple[torch.Tensor, int]] = []
 
     def __len__(self) -> int:
         return self.n
@@ -217,9 +221,27 @@ class StatTable:
            self._base + i * _ROW)  # fmt: skip
         return True
 
-    def add(self, t: torch.Tensor) -> int:
-        """Summarise ``t`` (grad, torch-function handling and autocast off: the dumper's ``_quiet``)."""
+    def add(self, t: torch.Tensor, defer: bool = False) -> int:
+        """Summarise ``t`` (grad, torch-function handling and autocast off: the dumper's ``_quiet``).
+
+        ``defer``: a large dense tensor the C kernel reads may wait, its row reserved, until the next call on this
+        table or :meth:`settle` (the dumper settles before any torch call that could write to it). Meanwhile views
+        of it (:meth:`add_view`) wait with it, and :meth:`add_parts` can take its statistics from the parts a
+        ``split`` cut it into: a fused q/k/v projection is then read once, not twice."""
+        if self.pending is not None:
+            self.settle()
         i = self._next()
+        if defer and t.numel() >= _DEFER_MIN and t.is_contiguous() and _kernel(t.dtype) is not None:
+            try:
+                if _host_memory(t) and t.data_ptr() and t.layout == torch.strided:
+                    self.pending = (t, i, t._version)
+                    return i
+            except Exception:
+                pass
+        self._fill(t, i)
+        return i
+
+    def _fill(self, t: torch.Tensor, i: int) -> None:
         try:
             if not _summarisable(t):
                 self._none.add(i)
@@ -227,12 +249,22 @@ class StatTable:
                 self._dev[i] = _torch_vector(t)
         except Exception:  # an exotic tensor subclass, a device that cannot reduce: no statistics, never a crash
             self._none.add(i)
-        return i
 
     def add_view(self, base: int, t: torch.Tensor) -> int:
         """Summarise ``t``, which holds exactly the elements of row ``base``'s tensor (a transpose, a ``view``, a
         copy): the statistics are the same, only the fingerprint (which depends on positions) is computed."""
+        p = self.pending
+        if p is not None:
+            if base == p[1] or any(base == j for _, j in self._views):
+                i = self._next()
+                self._views.append((t, i))  # filled with the deferred row
+                return i
+            self.settle()
         i = self._next()
+        self._fill_view(base, t, i)
+        return i
+
+    def _fill_view(self, base: int, t: torch.Tensor, i: int) -> None:
         try:
             if base in self._none or not _summarisable(t):
                 self._none.add(i)
@@ -240,16 +272,70 @@ class StatTable:
                 self._dev[i] = torch.cat([self.vector(base)[:6].to(t.device), fingerprint(t.detach())])
         except Exception:
             self._none.add(i)
-        return i
+
+    def settle(self) -> None:
+        """Compute the deferred row, and the rows of its views."""
+        p = self.pending
+        if p is None:
+            return
+        self.pending = None
+        t, i, ver = p
+        if t._version != ver:
+            # written to in place before its statistics were taken (not through a call the dumper saw): the values
+            # it had are gone; no statistics rather than another tensor's
+            self._none.add(i)
+        else:
+            self._fill(t, i)
+        self._settle_views(i)
+
+    def _settle_views(self, i: int) -> None:
+        views, self._views = self._views, []
+        for v, j in views:
+            self._fill_view(i, v, j)
+
+    def add_parts(self, i: int, parts: list[torch.Tensor]) -> list[int] | None:
+        """Rows for ``parts``, which together hold exactly the elements of row ``i``'s tensor, when that tensor is
+        the deferred one (``i`` its row or a view's): each part is read once, and the deferred row's statistics
+        are combined from theirs, so only its fingerprint reads it again. None otherwise: the caller adds the parts
+        as usual (and the deferred tensor is settled on the next call)."""
+        p = self.pending
+        if p is None or not (i == p[1] or any(i == j for _, j in self._views)):
+            return None
+        t, row, ver = p
+        if t._version != ver or sum(x.numel() for x in parts) != t.numel() or any(x.dtype != t.dtype for x in parts):
+            return None
+        self.pending = None
+        rows = [self.add(x) for x in parts]
+        live = [r for r, x in zip(rows, parts, strict=True) if x.numel()]
+        if any(r in self._none or r in self._dev for r in live):
+            self._fill(t, row)  # a part the kernel did not read: read the whole tensor
+        else:
+            vals = self._host[live, :6].tolist()
+            nans = sum(v[4] for v in vals)
+            host = self._host[row]
+            host[0] = math.nan if nans else min(v[0] for v in vals)
+            host[1] = math.nan if nans else max(v[1] for v in vals)
+            host[2] = sum(v[2] for v in vals)
+            host[3] = math.sqrt(sum(v[3] * v[3] for v in vals))
+            host[4] = nans
+            host[5] = sum(v[5] for v in vals)
+            if not self._fast(t, row, row):  # the fingerprint
+                self._fill(t, row)
+        self._settle_views(row)
+        return rows
 
     def add_vector(self, vec: torch.Tensor) -> int:
         """A row given as a vector of ``STAT_LEN`` numbers."""
+        if self.pending is not None:
+            self.settle()
         i = self._next()
         self._dev[i] = vec
         return i
 
     def vector(self, i: int) -> torch.Tensor | None:
         """Row ``i`` as a tensor (a copy of the host row; the device vector torch made), or None."""
+        if self.pending is not None:
+            self.settle()
         if i in self._none:
             return None
         v = self._dev.get(i)
@@ -257,6 +343,7 @@ class StatTable:
 
     def rows(self) -> list[list[float] | None]:
         """Every row on the host as Python floats (one transfer per device for the rows torch made)."""
+        self.settle()
         with torch.no_grad(), torch._C.DisableTorchFunction():
             out: list[list[float] | None] = self._host[: self.n].tolist()
             groups: dict[str, list[int]] = {}
