@@ -326,7 +326,8 @@ def _needs_parens(ctx, node: ast.AST) -> bool:
     doc="""
     ## What it does
     Rewrites comparisons of a device's type (or a device-named variable) with `"cuda"`: `x.device.type == "cuda"`,
-    `device.type != "cuda"`, `args.device == "cuda"`, `"cuda" in str(device)`, `device.startswith("cuda")`.
+    `device.type != "cuda"`, `args.device == "cuda"`, `"cuda" in str(device)`, `device.startswith("cuda")`,
+    `device_type in {"cuda"}` (`--to npu`; `--to portable` lists a membership test).
 
     ## Why
     On Ascend the device type is `"npu"`: the comparison is always False and the accelerator branch (pinned
