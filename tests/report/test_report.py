@@ -64,7 +64,11 @@ def test_non_terminal_width_follows_columns(monkeypatch):
 
 def test_shorten_path_drops_leading_folders_only():
     assert report.tables.shorten_path("a/b/c/train_gpt.py", 16) == "…/c/train_gpt.py"
-    assert report.tables.shorten_path("a/b/c/train_gpt.py", 5) == "train_gpt.py"
+    # a name wider than the column keeps its folders on a first line (they were dropped: which folder's file?)
+    assert report.tables.shorten_path("a/b/c/train_gpt.py", 5) == "…/c/\ntrain_gpt.py"
+    assert report.tables.shorten_path("speculative_decoding/instruct_hf_assisted_decoding.py", 30) == \
+        "speculative_decoding/\ninstruct_hf_assisted_decoding.py"
+    assert report.tables.shorten_path("train_gpt.py", 5) == "train_gpt.py"
     assert report.tables.shorten_path("short.py", 40) == "short.py"
     # where only "…/name" would fit, the folders go on a line of their own (the whole directory was lost)
     assert report.tables.shorten_path("csrc_ext/csrc/fused_bias_gelu_kernel.cu", 28) == \

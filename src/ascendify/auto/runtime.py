@@ -107,8 +107,10 @@ def enable(target: str | Target | None = None, *, strict: bool = False) -> Sessi
         from ascendify.auto import redirects
 
         try:
+            jit_table = _jit_builtin_table()
             for name in redirects.MODULES:
                 importlib.import_module(f"ascendify.auto.redirects.{name}").install(s)
+            _alias_jit_builtins(s, jit_table)
         except BaseException:
             s.patches.restore()
             raise
@@ -118,6 +120,36 @@ def enable(target: str | Target | None = None, *, strict: bool = False) -> Sessi
     s.enable_seconds = time.perf_counter() - t0
     _SESSION = s
     return s
+
+
+def _jit_builtin_table() -> dict[int, str]:
+    """TorchScript's table of builtin ops by function id, built now if it is not yet (before any patch: built
+    later, it would miss the originals of the functions replaced)."""
+    from torch.jit import _builtins
+
+    return _builtins._get_builtin_table()
+
+
+def _alias_jit_builtins(s: Session, table: dict[int, str]) -> None:
+    """Make each wrapper of a torch builtin (``torch.tensor``, ``torch.zeros``...) the same op to TorchScript.
+
+    ``torch.jit.script`` looks a called function up in that table; a wrapper it does not find it tries to compile
+    as Python source, and fails on the builtin it wraps (``from torch.distributed.optim import
+    ZeroRedundancyOptimizer`` scripts the functional optimizers, which call ``torch.tensor``). Scripted code
+    calls the op itself, so a CUDA device inside TorchScript is not redirected. Undone on restore."""
+    added: list[int] = []
+    for owner, name, original in s.patches.originals():
+        op = table.get(id(original)) if original is not None else None
+        new = getattr(owner, name, None)
+        if op is not None and new is not None and new is not original and id(new) not in table:
+            table[id(new)] = op
+            added.append(id(new))
+
+    def undo() -> None:
+        for key in added:
+            table.pop(key, None)
+
+    s.patches.on_restore(undo)
 
 
 def _early_visible_devices():

@@ -209,22 +209,22 @@ def run(args: argparse.Namespace) -> int:
             for entry, (_, d) in zip(report["files"], pairs, strict=True):
                 entry["diff"] = d or ""
         sys.stdout.write(shared.dumps_json(report))
-    else:
-        if args.diff:
-            for _, d in pairs:
-                if d:
-                    sys.stdout.write(d)
-        if not args.quiet:
-            print_summary(report, results, console, verbose=args.verbose)
-            for r in results:
-                if r.status == "skipped":
-                    copied = " (copied unchanged)" if mode == "write" else ""
-                    console.print(f"[yellow]skipped[/] {r.path}: {r.reason}{copied}", highlight=False)
-                elif r.status == "kept":
-                    console.print(f"[cyan]kept[/] {r.path}: {r.reason}", highlight=False)
-            for line in next_steps(report, results, mode=mode, output=args.output, inputs=list(args.paths),
-                                   report_dir=report_dir):
-                console.print(line, highlight=False, soft_wrap=True)  # commands and paths stay copy-pasteable
+        sys.stdout.flush()
+    elif args.diff:
+        for _, d in pairs:
+            if d:
+                sys.stdout.write(d)
+    if not args.quiet:  # on stderr after the JSON or the diff
+        print_summary(report, results, console, verbose=args.verbose)
+        for r in results:
+            if r.status == "skipped":
+                copied = " (copied unchanged)" if mode == "write" else ""
+                console.print(f"[yellow]skipped[/] {r.path}: {r.reason}{copied}", highlight=False)
+            elif r.status == "kept":
+                console.print(f"[cyan]kept[/] {r.path}: {r.reason}", highlight=False)
+        for line in next_steps(report, results, mode=mode, output=args.output, inputs=list(args.paths),
+                               report_dir=report_dir):
+            console.print(line, highlight=False, soft_wrap=True)  # commands and paths stay copy-pasteable
     t = report["totals"]
     if args.check and t["changed"]:
         return EXIT_CHANGES

@@ -74,6 +74,11 @@ class Patches:
         """Every ``(owner, name)`` patched, in order."""
         return [(o, n) for o, n, _ in self._items]
 
+    def originals(self) -> list[tuple[Any, str, Any]]:
+        """Every ``(owner, name, original)`` patched, in order; ``original`` is None where it was inherited or
+        absent."""
+        return [(o, n, None if v is _MISSING else v) for o, n, v in self._items]
+
     def restore(self) -> None:
         for fn in reversed(self._undo):
             fn()

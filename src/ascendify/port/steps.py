@@ -1002,7 +1002,13 @@ def read_bench(ctx: Context, jobs: list[Job]) -> StepResult:
     res.status = "warn" if bad else "ok"
     model = next((r.get("model") for v in records.values() for r in v), "the model")
     mode = next((r.get("mode") for v in records.values() for r in v), "train")
-    parts = [f"CPU {best.get('cpu', 0):.3g} samples/s"]
+    if "cpu" in best:
+        parts = [f"CPU {best['cpu']:.3g} samples/s"]
+    else:  # not run (its run failed) or nothing to bench: never a speed of 0
+        cpu_job = next((j for j in jobs if j.name == "bench-cpu"), None)
+        why = (cpu_job.skipped if cpu_job is not None and cpu_job.skipped else None) \
+            or meta.get("cpu", {}).get("skipped") or "not run"
+        parts = [f"CPU not measured ({why})"]
     if "target" in best:
         tgt = f"{ctx.target_label} {best['target']:.3g} samples/s"
         if meta.get("target", {}).get("emulated"):

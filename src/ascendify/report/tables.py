@@ -135,23 +135,23 @@ def format_bytes(n: int | float | None) -> str:
 
 def shorten_path(path: str, width: int) -> str:
     """Shorten ``path`` to ``width`` by dropping leading folders (``…/project/train.py``); the name stays whole.
-    Where no folder would be left, the folders (shortened from the left) go on a first line and the name on a
-    second, so the reader still sees where the file is."""
+    Where no folder would be left (or the name alone is wider than ``width``), the folders (shortened from the
+    left) go on a first line and the name on a second, so the reader still sees where the file is."""
     if len(path) <= width:
         return path
     parts = path.split("/")
-    for i in range(1, len(parts)):
+    for i in range(1, len(parts) - 1):
         short = "…/" + "/".join(parts[i:])
         if len(short) <= width:
-            if i == len(parts) - 1:  # no folder would be left: the folders go on a line of their own instead
-                dirs = parts[:-1]
-                folder = next((("…/" if j else "") + "/".join(dirs[j:]) + "/" for j in range(len(dirs))
-                               if len(("…/" if j else "") + "/".join(dirs[j:]) + "/") <= width), None)
-                if folder is None:  # even the last folder is too long: its end
-                    folder = "…" + (dirs[-1] + "/")[-(width - 1):]
-                return folder + "\n" + parts[-1]
             return short
-    return parts[-1]  # only the file name left: kept whole (the column folds it)
+    if len(parts) == 1:
+        return path  # a bare name: kept whole (the column folds it)
+    dirs = parts[:-1]
+    folder = next((("…/" if j else "") + "/".join(dirs[j:]) + "/" for j in range(len(dirs))
+                   if len(("…/" if j else "") + "/".join(dirs[j:]) + "/") <= width), None)
+    if folder is None:  # even the last folder is too long: its end
+        folder = "…" + (dirs[-1] + "/")[-(width - 1):]
+    return folder + "\n" + parts[-1]
 
 
 def table(columns: list[Column], rows: list[dict[str, Any]], title: str | None = None, *, width: int | None = None,

@@ -326,7 +326,8 @@ def _needs_parens(ctx, node: ast.AST) -> bool:
     doc="""
     ## What it does
     Rewrites comparisons of a device's type (or a device-named variable) with `"cuda"`: `x.device.type == "cuda"`,
-    `device.type != "cuda"`, `args.device == "cuda"`, `"cuda" in str(device)`, `device.startswith("cuda")`.
+    `device.type != "cuda"`, `args.device == "cuda"`, `"cuda" in str(device)`, `device.startswith("cuda")`,
+    `device_type in {"cuda"}` (`--to npu`; `--to portable` lists a membership test).
 
     ## Why
     On Ascend the device type is `"npu"`: the comparison is always False and the accelerator branch (pinned
@@ -365,6 +366,11 @@ def _needs_parens(ctx, node: ast.AST) -> bool:
         Example("on_gpu = device.startswith('cuda')\n", "on_gpu = device.startswith('npu')\n"),
         Example('import torch\ndevice_type = "cuda" if device.type == "cuda:0" else "cpu"\n', None,
                 target=PORTABLE, note="a test that cannot be rewritten keeps its line whole (both listed)"),
+        Example("assert device_type in {'cuda'}, 'GPU required'\n", "assert device_type in {'npu'}, 'GPU required'\n",
+                note="a membership test names the NPU where it names CUDA"),
+        Example("if device in ('cuda', 'mps'):\n    pass\n", "if device in ('npu', 'mps'):\n    pass\n"),
+        Example("if device in ('cuda', 'mps'):\n    pass\n", None, target=PORTABLE,
+                note="listed: which accelerators it means is the author's choice"),
         Example('if mode == "cuda":\n    pass\n', None),
         Example('import torch\nif device.type == "cuda":\n    torch.backends.cudnn.benchmark = True\n', None,
                 target=PORTABLE, note="CUDA-only switches stay behind the CUDA test"),
@@ -377,6 +383,8 @@ def device_type_compare(ctx, node: ast.Compare | ast.Call) -> None:
         return
     left, right, op = node.left, node.comparators[0], node.ops[0]
     lit, other = (right, left) if _is_cuda_const(right) else (left, right) if _is_cuda_const(left) else (None, None)
+    if lit is None and isinstance(op, (ast.In, ast.NotIn)) and isinstance(right, (ast.Set, ast.Tuple, ast.List)):
+        return _cuda_in_collection(ctx, node, left, right)
     if lit is None or not _is_device_expr(ctx, other, op):
         return
     if not ctx.claim(lit):
@@ -406,6 +414,26 @@ def device_type_compare(ctx, node: ast.Compare | ast.Call) -> None:
     else:
         ctx.report(node, api="device comparison", severity=MANUAL, reason="compares a device with \"cuda\"",
                    tip='compare with "cpu" instead: `device.type != "cpu"` means "on the accelerator"')
+
+
+def _cuda_in_collection(ctx, node: ast.Compare, left: ast.AST, coll: ast.Set | ast.Tuple | ast.List) -> None:
+    """``device_type in {"cuda"}``, ``device in ("cuda", "mps")``: ``--to npu`` names the NPU in the collection;
+    ``--to portable`` lists it (which of the other accelerators it means is the author's choice)."""
+    lits = [e for e in coll.elts if _is_cuda_const(e)]
+    if not lits or not _is_device_expr(ctx, left, ast.Eq()) or not all(ctx.claim(e) for e in lits):
+        return
+    if ctx.target == NPU:
+        edits = []
+        for e in lits:
+            seg = ctx.seg(e)
+            if len(seg) < 6 or seg[1:-1] != e.value:
+                return ctx.change(node, [None], api="device comparison")
+            edits.append(ctx.replace(e, seg[0] + "npu" + e.value[4:] + seg[-1]))
+        ctx.change(node, edits, api="device comparison")
+        return
+    ctx.report(node, api="device comparison", severity=MANUAL,
+               reason='tests whether a device is one of a collection that names "cuda"',
+               tip='name the accelerators it means, or compare with "cpu": `device.type != "cpu"`')
 
 
 def _startswith_cuda(ctx, call: ast.Call) -> None:
