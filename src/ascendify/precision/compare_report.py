@@ -477,10 +477,18 @@ def curves_summary_lines(res: CurvesResult) -> list[str]:
     elif first is None:
         lines = [f"MATCH: every checked series stays within {res.tolerance:g} (relative) of the other run"]
     else:
+        apart = (f"{first['rel_diff']:.2%} apart" if math.isfinite(first["rel_diff"])
+                 else "one is NaN")  # not "inf% apart"
         lines = [
             f"DIVERGENCE: {first['series']} leaves the band at step {first['step']:g} "
-            f"({first['a']:.6g} vs {first['b']:.6g}, {first['rel_diff']:.2%} apart; band {res.tolerance:.2%})"
+            f"({first['a']:.6g} vs {first['b']:.6g}, {apart}; band {res.tolerance:.2%})"
         ]
+    # a run that stopped early (crashed, cut short) is compared on the steps both have: say so next to the verdict
+    short = [(k, v["steps_a"], v["steps_b"]) for k, v in res.series.items()
+             if v.get("checked") and v["steps_a"] != v["steps_b"]]
+    if short:
+        lines.append("  compared on the steps both runs have: " + ", ".join(
+            f"{k} {min(na, nb)} of {max(na, nb)} ({'A' if na < nb else 'B'} stops early)" for k, na, nb in short))
     if res.only_in_a or res.only_in_b:
         lines.append(f"  only in A: {', '.join(res.only_in_a) or '-'}; only in B: {', '.join(res.only_in_b) or '-'}")
     return lines
