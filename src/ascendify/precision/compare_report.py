@@ -299,9 +299,11 @@ def print_summary(result: ComparisonResult, console=None, written: list[str] | N
         report.print_wrapped(con, line)
     rows = _node_rows(result, only_flagged=True, not_comparable=True)
     if rows:
-        # every column: the reporting layer folds the texts and splits a table that cannot fit, never drops one
-        cols = _NODE_COLUMNS
+        # every column with a value: the reporting layer folds the texts and splits a table that cannot fit; a
+        # column empty in every shown row (code err of a dump comparison: dumps have no code check) is left out
         shown = sorted(rows, key=lambda r: (r["result"] != "error", r["order"]))[:limit]
+        cols = [c for c in _NODE_COLUMNS
+                if c.name in ("order", "result", "name") or any(r.get(c.name) not in (None, "") for r in shown)]
         title = f"flagged calls ({len(result.flagged)})"
         if result.not_comparable:
             title += f" and not comparable ({len(result.not_comparable)})"
