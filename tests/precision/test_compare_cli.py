@@ -131,7 +131,7 @@ def test_dumps_of_different_models(dumps, tmp_path, capsys):
     other = _dump(nn.Sequential(nn.Embedding(64, 8), nn.Linear(8, 3)), tmp_path / "other")
     out = tmp_path / "o"
     _expect_bad(["compare", str(dumps / "golden"), str(other), "-o", str(out)], capsys, "not a dump of the same model",
-                str(other), out=out)
+                str(other), "module calls find a counterpart in it", out=out)
 
 
 def test_missing_rank(dumps, tmp_path, capsys):
