@@ -162,6 +162,9 @@ def test_cli_outputs_are_checked_before_measuring(tmp_path, capsys):
     assert "is a file; give a folder" in capsys.readouterr().err
     assert cli.main(["bench", "loader", "--quick", "--json", str(tmp_path / "afile" / "x.json")]) == 2
     assert "is a file, not a folder" in capsys.readouterr().err
+    # a folder that cannot be made under a file: said before measuring, not a traceback after it
+    assert cli.main(["bench", "--quick", "--model", "resnet18", "--out", str(tmp_path / "afile" / "b")]) == 2
+    assert "afile is a file, not a folder" in capsys.readouterr().err
 
 
 def test_cli_loader_quick_keeps_the_settings_given(tmp_path, capsys):

@@ -91,3 +91,14 @@ def test_cli_explain_bad_input_names_the_file(capsys, tmp_path):
     assert f"{tmp_path / 'missing.log'}: no such file" in capsys.readouterr().err
     assert cli.main(["doctor", "--explain", str(tmp_path)]) == 2
     assert "is a folder" in capsys.readouterr().err
+
+
+def test_cli_explain_text_fits_80_columns(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    assert cli.main(["doctor", "--explain", str(LOGS / "memory.log")]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    # every line fits, except one word longer than the width (an address), which is never split
+    assert all(len(x) <= 80 or " " not in x.strip() for x in lines), [x for x in lines if len(x) > 80]
+    assert any(x.startswith("    ") for x in lines)  # a long cause or fix continues, indented
+    assert "PYTORCH_NPU_ALLOC_CONF" in out

@@ -151,3 +151,16 @@ def test_bad_logs_name_the_file(tmp_path, text, pattern, what):
     with pytest.raises(CurveError, match=what) as e:
         load_history(p, pattern)
     assert str(p) in str(e.value)
+
+
+def test_summary_says_when_one_run_stopped_early_and_when_a_value_is_nan():
+    from ascendify.precision.compare_report import curves_summary_lines
+
+    short = compare_curves({"loss": [2.0, 1.5, 1.2, 1.0]}, {"loss": [2.0, 1.5]})
+    assert short.verdict == "match"  # the steps both have agree
+    lines = curves_summary_lines(short)
+    assert lines[0].startswith("MATCH") and "loss 2 of 4 (B stops early)" in lines[1]
+    nan = compare_curves({"loss": [2.0, 1.5, 1.2]}, {"loss": [2.0, 1.5, float("nan")]})
+    head = curves_summary_lines(nan)[0]
+    assert head.startswith("DIVERGENCE: loss leaves the band at step 2") and "one is NaN" in head
+    assert "inf%" not in head and len(curves_summary_lines(nan)) == 1  # same lengths: no extra line

@@ -96,6 +96,9 @@ def test_msprobe_config_is_accepted(work):
         (["--steps", "1-x"], "--steps: '1-x' is not a number"),
         (["--max-bytes", "lots"], "--max-bytes: 'lots' is not a size"),
         (["-o", "afile"], "the dump folder afile exists and is a file"),
+        # a folder that cannot be made: said before the program runs, not as a traceback at its first step
+        (["-o", "afile/sub"], "-o afile/sub: afile is a file, not a folder"),
+        (["--overflow", "-o", "afile/ov"], "-o afile/ov: afile is a file, not a folder"),
     ],
 )
 def test_bad_command_lines_exit_2(work, capsys, argv, message):

@@ -204,3 +204,14 @@ def test_a_module_installed_as_a_library_starts_the_traceback_at_its_body(proj, 
     lines = capsys.readouterr().err.splitlines()
     assert lines[1].endswith('boom.py", line 1, in <module>') and "runpy" not in "\n".join(lines)
     assert lines[-1] == "ValueError: from an installed module"
+
+
+def test_ctrl_c_in_the_program_exits_130_without_the_launchers_frames(proj, capsys):
+    (proj / "interrupted.py").write_text("def loop():\n    raise KeyboardInterrupt\n\n\nloop()\n")
+    assert Program.parse(["interrupted.py"]).run_in_process() == 130
+    err = capsys.readouterr().err
+    lines = err.splitlines()
+    assert lines[0] == "Traceback (most recent call last):"
+    assert lines[1].startswith('  File "interrupted.py", line 5, in <module>')  # the program's frame first
+    assert "scriptrun.py" not in err and "runpy" not in err
+    assert lines[-1] == "KeyboardInterrupt"

@@ -155,3 +155,20 @@ def test_long_lines_wrap_with_an_indent_not_at_column_0():
     assert lines[0].startswith("MATCH:") and lines[1].startswith("  ") and "0.999996)" in lines[1]
     assert max(len(line.rstrip()) for line in lines[:2]) <= 40
     assert lines[2] == "  why: [not markup]" and lines[3].startswith("    xxx")  # the long word on a line of its own
+
+
+@pytest.mark.parametrize("width", [60, 80, 100])
+def test_a_folded_text_beside_a_wide_path_column_loses_no_character(width):
+    """rich shrinks the widest folding column (the path) and then restores its min_width: the line ran past the
+    width and its last characters were cut ('> limi' / 'float32 wh'). The text column is held to the room left."""
+    why = "output error 2.50e-01 > limit 1.0e-05 for torch.float32 while inputs agree (input error 0.0e+00)"
+    cols = [report.Column("order", "#", kind="number"), report.Column("result", kind="status"),
+            report.Column("name", "target call", kind="path"), report.Column("why")]
+    rows = [{"order": 80, "result": "error", "name": "Module.blocks.1.attn.Attn.forward.0", "why": why}]
+    text = report.table_text(cols, rows, width=width)
+    lines = text.splitlines()
+    assert all(len(x) <= width for x in lines)
+    cells = [x.rsplit("│", 1)[1].strip() for x in lines[2:] if "│" in x]
+    assert " ".join(cells) == why  # every word whole, in order
+    names = [x.split("│")[2].strip() for x in lines[2:] if "│" in x]
+    assert "".join(names) == "Module.blocks.1.attn.Attn.forward.0"  # whole, or folded at narrow widths

@@ -74,3 +74,20 @@ def test_user_factory(tmp_path):
         models.build_model(f"{f}:nope")
     with pytest.raises(models.ModelError, match="no such file"):
         models.build_model(f"{tmp_path}/missing.py:make")
+
+
+def test_user_factory_default_image_size_shapes_the_batch(tmp_path):
+    """No --image-size: the factory's own default is the model's size (not 224, which its first Linear rejects)."""
+    f = tmp_path / "sized.py"
+    f.write_text(textwrap.dedent("""
+        import torch.nn as nn
+
+        def build(num_classes=10, image_size=16):
+            return nn.Sequential(nn.Flatten(), nn.Linear(3 * image_size * image_size, num_classes))
+    """))
+    m = models.build_model(f"{f}:build")
+    x, _ = models.example_batch(m, 2)
+    assert tuple(x.shape) == (2, 3, 16, 16) and m(x).shape == (2, 10)
+    m = models.build_model(f"{f}:build", image_size=8)  # given: it wins
+    x, _ = models.example_batch(m, 2)
+    assert tuple(x.shape) == (2, 3, 8, 8) and m(x).shape == (2, 10)

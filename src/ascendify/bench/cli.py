@@ -15,7 +15,7 @@ def _err(msg: str) -> None:
 
 def _output_problem(args) -> str | None:
     """Why ``--json FILE`` / ``--out DIR`` cannot be written, found before anything is measured."""
-    from ascendify.core.fileio import output_problem
+    from ascendify.core.fileio import folder_problem, output_problem
 
     if getattr(args, "json", None):
         problem = output_problem(args.json)
@@ -24,7 +24,8 @@ def _output_problem(args) -> str | None:
     out = getattr(args, "out", None)
     if out and Path(out).exists() and not Path(out).is_dir():
         return f"--out {out}: is a file; give a folder"
-    return None
+    problem = folder_problem(out) if out else None  # a folder under a file, no permission
+    return f"--out {out}: {problem}" if problem else None
 
 
 def _timing(args) -> dict:

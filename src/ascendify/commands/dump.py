@@ -196,6 +196,13 @@ def run(args: argparse.Namespace) -> int:
     if out.exists() and not out.is_dir():
         print(f"ascendify dump: the dump folder {out} exists and is a file; give a folder (-o DIR)", file=sys.stderr)
         return 2
+    from ascendify.core.fileio import folder_problem
+
+    # checked before the program runs: a folder that cannot be made would otherwise fail inside it, at its first step
+    problem = folder_problem(out)
+    if problem:
+        print(f"ascendify dump: -o {out}: {problem}", file=sys.stderr)
+        return 2
     if prog.kind == "torchrun":
         flags = _flags(args)
         return prog.relaunch_torchrun(["dump", *flags, "--"], who="ascendify dump")

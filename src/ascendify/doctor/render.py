@@ -120,20 +120,31 @@ def markdown(rep: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-def explain_text(groups: list[dict[str, Any]], source: str) -> str:
-    """Plain text for ``--explain``: each matched entry with its lines, cause, fix and sources."""
+def explain_text(groups: list[dict[str, Any]], source: str, width: int | None = None) -> str:
+    """Plain text for ``--explain``: each matched entry with its lines, cause, fix and sources, wrapped to
+    ``width`` (default: the terminal's; continuation lines indented, words and addresses never split)."""
+    import textwrap
+
+    from ascendify.report.tables import terminal_width
+
+    width = width or terminal_width()
+
+    def wrap(text: str) -> list[str]:
+        return textwrap.wrap(text, width, initial_indent="  ", subsequent_indent="    ", break_long_words=False,
+                             break_on_hyphens=False) or [text]
+
     if not groups:
         return f"no known error found in {source}\n"
     out = [f"{report.plural(len(groups), 'known error')} in {source}:", ""]
     for g in groups:
         out.append(f"[{g['id']}] {g['title']}  ({g['family']})")
         for m in g["matches"][:5]:
-            out.append(f"  line {m['line_no']}: {m['line'].strip()[:200]}")
+            out += wrap(f"line {m['line_no']}: {m['line'].strip()[:200]}")
         if len(g["matches"]) > 5:
             out.append(f"  ... and {len(g['matches']) - 5} more line(s)")
         out.append(f"  pattern: {g['matches'][0]['pattern']}")
-        out.append(f"  cause: {g['cause']}")
-        out.append(f"  fix: {g['fix']}")
-        out.append(f"  source: {'; '.join(g['sources'])}")
+        out += wrap(f"cause: {g['cause']}")
+        out += wrap(f"fix: {g['fix']}")
+        out += wrap(f"source: {'; '.join(g['sources'])}")
         out.append("")
     return "\n".join(out)

@@ -299,9 +299,11 @@ def print_summary(result: ComparisonResult, console=None, written: list[str] | N
         report.print_wrapped(con, line)
     rows = _node_rows(result, only_flagged=True, not_comparable=True)
     if rows:
-        # every column: the reporting layer folds the texts and splits a table that cannot fit, never drops one
-        cols = _NODE_COLUMNS
+        # every column with a value: the reporting layer folds the texts and splits a table that cannot fit; a
+        # column empty in every shown row (code err of a dump comparison: dumps have no code check) is left out
         shown = sorted(rows, key=lambda r: (r["result"] != "error", r["order"]))[:limit]
+        cols = [c for c in _NODE_COLUMNS
+                if c.name in ("order", "result", "name") or any(r.get(c.name) not in (None, "") for r in shown)]
         title = f"flagged calls ({len(result.flagged)})"
         if result.not_comparable:
             title += f" and not comparable ({len(result.not_comparable)})"
@@ -477,10 +479,18 @@ def curves_summary_lines(res: CurvesResult) -> list[str]:
     elif first is None:
         lines = [f"MATCH: every checked series stays within {res.tolerance:g} (relative) of the other run"]
     else:
+        apart = (f"{first['rel_diff']:.2%} apart" if math.isfinite(first["rel_diff"])
+                 else "one is NaN")  # not "inf% apart"
         lines = [
             f"DIVERGENCE: {first['series']} leaves the band at step {first['step']:g} "
-            f"({first['a']:.6g} vs {first['b']:.6g}, {first['rel_diff']:.2%} apart; band {res.tolerance:.2%})"
+            f"({first['a']:.6g} vs {first['b']:.6g}, {apart}; band {res.tolerance:.2%})"
         ]
+    # a run that stopped early (crashed, cut short) is compared on the steps both have: say so next to the verdict
+    short = [(k, v["steps_a"], v["steps_b"]) for k, v in res.series.items()
+             if v.get("checked") and v["steps_a"] != v["steps_b"]]
+    if short:
+        lines.append("  compared on the steps both runs have: " + ", ".join(
+            f"{k} {min(na, nb)} of {max(na, nb)} ({'A' if na < nb else 'B'} stops early)" for k, na, nb in short))
     if res.only_in_a or res.only_in_b:
         lines.append(f"  only in A: {', '.join(res.only_in_a) or '-'}; only in B: {', '.join(res.only_in_b) or '-'}")
     return lines

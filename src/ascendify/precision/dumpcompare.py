@@ -356,8 +356,8 @@ def compare_dumps(
     if share < MIN_MATCHED_SHARE:
         raise DumpError(
             td.root,
-            f"not a dump of the same model as {gd.root}: only {share:.0%} of its {len(g_mod)} golden "
-            "calls find a counterpart (compare dumps of one model, or use --model for two implementations)",
+            f"not a dump of the same model as {gd.root}: only {share:.0%} of the golden's {len(g_mod)} module "
+            "calls find a counterpart in it (compare dumps of one model, or use --model for two implementations)",
         )
     t2g = m.target_to_golden()
     index = {n.name: i for i, n in enumerate(tn)}

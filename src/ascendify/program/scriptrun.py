@@ -69,7 +69,8 @@ def run_as_main(
         code = exit_code(e)
         return code
     except KeyboardInterrupt as e:
-        traceback.print_exc()
+        etype, value, tb = sys.exc_info()
+        print_user_traceback(etype, value, tb, hidden, script=path)  # as python shows Ctrl-C: no launcher frames
         code, error = 130, e
         return 130
     except BaseException:

@@ -184,6 +184,8 @@ def _table(columns: list[Column], rows: list[dict[str, Any]], title: str | None,
     # a title is plain text: "[emulated: ...]" in it is not rich markup
     t = Table(title=Text(title) if title is not None else None, title_justify="left", show_edge=False, pad_edge=False, expand=False, header_style="bold")
     path_budget = _path_budget(columns, rows, width)
+    mins = {c.name: _path_min_width(c, rows, path_budget) for c in columns if c.kind == "path"}
+    text_max = _text_max_width(columns, rows, width, mins)
     for c in columns:
         t.add_column(
             c.title,
@@ -191,8 +193,9 @@ def _table(columns: list[Column], rows: list[dict[str, Any]], title: str | None,
             ratio=c.ratio,
             overflow="fold",
             no_wrap=c.kind in ("number", "status"),
-            min_width=(_path_min_width(c, rows, path_budget) if c.kind == "path"
+            min_width=(mins[c.name] if c.kind == "path"
                        else min(_natural(c, rows), _TEXT_MIN) if c.kind == "text" else None),
+            max_width=text_max if c.kind == "text" else None,
         )
     for row in rows:
         cells = []
@@ -250,6 +253,20 @@ def _split(columns: list[Column], rows: list[dict[str, Any]], width: int) -> tup
         groups[-1].append(c)
         used += w
     return keys, groups
+
+
+def _text_max_width(columns: list[Column], rows: list[dict[str, Any]], width: int, path_mins: dict[str, int]) -> int | None:
+    """The width each text column may take so that the table fits ``width`` without rich collapsing it; None when
+    the text fits as it is. rich shrinks the widest folding column first (a path column) and then restores its
+    ``min_width``: the row ends past the console's edge and the last characters of a line are cut off."""
+    texts = [c for c in columns if c.kind == "text"]
+    if not texts:
+        return None
+    fixed = sum(path_mins[c.name] if c.kind == "path" else _natural(c, rows) for c in columns if c.kind != "text")
+    room = width - fixed - 3 * (len(columns) - 1)
+    if sum(_natural(c, rows) for c in texts) <= room:
+        return None
+    return max(_TEXT_MIN, room // len(texts))
 
 
 def _path_min_width(col: Column, rows: list[dict[str, Any]], budget: int) -> int:

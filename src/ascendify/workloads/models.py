@@ -351,6 +351,10 @@ def _build_from_factory(spec: str, **kwargs):
         params = inspect.signature(factory).parameters
         takes_any = any(p.kind is p.VAR_KEYWORD for p in params.values())
         accepted = {k: v for k, v in kwargs.items() if v is not None and (takes_any or k in params)}
+        for k in ("image_size", "seq_len"):  # not given: the factory's own default is the model's size
+            default = params[k].default if k in params else None
+            if kwargs.get(k) is None and isinstance(default, int) and not isinstance(default, bool):
+                kwargs[k] = default
     except (TypeError, ValueError):
         accepted = {}
     model = factory(**accepted)
