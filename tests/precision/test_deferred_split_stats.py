@@ -9,32 +9,17 @@ import math
 import pytest
 import torch
 import torch.nn as nn
+from precision_conftest import ref_vector
 
 from ascendify.precision import dump, load_dump, stats
-from ascendify.precision.stats import fingerprint_plan
 
 B, N, H, D = 64, 32, 2, 16  # the projection's output: 64 x 32 x 96 = 196,608 elements, above the deferral size
 E = H * D
 IN = 24  # the projection's input features
 
 
-def _ref(t: torch.Tensor) -> list[float]:
-    """[min, max, sum, norm, nans, infs, fingerprint (8)] of ``t`` in float64."""
-    x = t.detach().to(torch.float64)
-    nans = int(torch.isnan(x).sum())
-    infs = int(torch.isinf(x).sum())
-    finite = x[torch.isfinite(x)]
-    mn = math.nan if nans else x.min().item()
-    mx = math.nan if nans else x.max().item()
-    flat = x.reshape(-1)
-    pos, w, scale = fingerprint_plan(x.numel(), torch.device("cpu"))
-    s = flat if pos is None else flat[pos]
-    fp = (w.to(torch.float64).t() @ s) * scale
-    return [mn, mx, finite.sum().item(), finite.norm().item(), nans, infs, *fp.tolist()]
-
-
 def _check(got, t: torch.Tensor, what: str) -> None:
-    r = _ref(t)
+    r = ref_vector(t)
     if r[4]:
         assert math.isnan(got.min) and math.isnan(got.max), what
     else:

@@ -15,6 +15,7 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from precision_conftest import ref_vector
 
 from ascendify.precision import dump, load_dump, msprobe_io, stats
 from ascendify.precision.model import ScalarArg, TensorStats
@@ -23,18 +24,7 @@ from ascendify.precision.stats import STAT_LEN, StatTable, fingerprint_plan
 # ------------------------------------------------------------------------------------------------ references
 
 
-def _ref(t: torch.Tensor) -> list[float]:
-    """The statistics vector of ``t`` in float64: [min, max, sum, norm, nans, infs, fingerprint (8)]."""
-    x = t.detach().to(torch.float64)
-    nans = int(torch.isnan(x).sum())
-    infs = int(torch.isinf(x).sum())
-    mn = math.nan if nans else x.min().item()
-    mx = math.nan if nans else x.max().item()
-    flat = x.reshape(-1)
-    pos, w, scale = fingerprint_plan(x.numel(), torch.device("cpu"))
-    s = flat if pos is None else flat[pos]
-    fp = (w.to(torch.float64).t() @ s) * scale
-    return [mn, mx, x.sum().item(), x.norm().item(), nans, infs, *fp.tolist()]
+_ref = ref_vector  # [min, max, sum, norm, nans, infs, fingerprint (8)] in float64
 
 
 def _close(a: float, b: float, scale: float, rel: float = 2e-6) -> bool:
