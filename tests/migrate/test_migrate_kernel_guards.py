@@ -195,3 +195,16 @@ def test_not_rewritten(test):
     assert f"if {test}:" in out and "npu_fusion_attention" in out
     assert all(r.kind != "change" for r in rows)
     assert len(rows) == (1 if test.startswith("(") else 0)
+
+
+def test_packages_of_the_extension_table_count_too():
+    src = '''
+    import importlib.util
+    import torch
+
+    if importlib.util.find_spec("transformer-engine") is not None:
+        import transformer_engine.pytorch as te
+    '''
+    _, _, rows = run(src)
+    [row] = rows
+    assert row.kind == "advice" and "transformer-engine" in row.message

@@ -188,7 +188,8 @@ def _show(pkg: str) -> str:
     "a branch that runs only where a CUDA-only package (flash-attn, xformers, apex...) is installed",
     safety=SAFE,
     hooks=("module",),
-    tokens=("flash", "xformers", "apex", "bitsandbytes", "find_spec", "requirementcache", "_available"),
+    tokens=("flash", "xformers", "apex", "bitsandbytes", "find_spec", "find_loader", "requirementcache",
+            "module_available", "package_available"),
     doc="""
     ## What it does
     Finds branches guarded by an availability check of a CUDA-only package: `RequirementCache("flash-attn>=2")`,
