@@ -165,6 +165,21 @@ def test_migration_items_read_the_totals():
     assert cl.evaluate_item("code.sites-accounted", steps, "emulated").mark == "✗"
 
 
+def test_sites_accounted_names_the_unclaimed_sites_and_where_they_are():
+    """The parts named add up to the CUDA sites: the unclaimed ones (ASC099) are what kept the share under 1."""
+    from ascendify.migrate.report import NEEDS_A_PERSON
+
+    t = {"cuda_sites": 49, "converted": 44, "report_only": 2, "unsupported": 0, "unclaimed": 3,
+         "accounted_share": 0.9388, "skipped": 0}
+    v = cl.evaluate_item("code.sites-accounted", _steps(migrate={"totals": t}), "emulated")
+    assert v.mark == "✗"
+    assert "44 converted, 2 reported, 0 unsupported, 3 unclaimed (rule ASC099" in v.evidence
+    assert f'migrate/report/report.md, table "{NEEDS_A_PERSON}"' in v.evidence and "unsupported.csv" in v.evidence
+    clean = {**t, "cuda_sites": 46, "unclaimed": 0, "accounted_share": 1.0}
+    v = cl.evaluate_item("code.sites-accounted", _steps(migrate={"totals": clean}), "emulated")
+    assert v.mark == "✓" and "0 unclaimed;" in v.evidence and "ASC099" not in v.evidence
+
+
 def test_environment_scans_of_the_migrated_tree(tmp_path):
     (tmp_path / "a.py").write_text('import os\nv = os.environ.get("CUDA_VISIBLE_DEVICES")\n'
                                    'print("CUDA_VISIBLE_DEVICES is ignored")\nb = "nccl"  # backend\n'

@@ -68,6 +68,32 @@ def test_next_steps_name_the_report_and_the_emulator_command(tmp_path, capsys, m
     assert "ascendify migrate" in capsys.readouterr().out.split("Next:")[1]
 
 
+def test_the_sites_for_a_person_are_where_the_next_step_says(tmp_path, capsys, monkeypatch):
+    """unsupported.csv holds the API notes too: the next step names the table of report.md that holds exactly
+    the sites it counts."""
+    import csv
+
+    monkeypatch.setenv("COLUMNS", "80")
+    src = tmp_path / "proj"
+    src.mkdir()
+    (src / "train.py").write_text("import torch\nimport torch.nn as nn\n\nx = torch.randn(3).cuda()\n"
+                                  "torch.cuda.nvtx.mark('a')\ntorch.backends.cudnn.benchmark = True\n"
+                                  "y = torch.poisson(x)\nm = nn.LSTM(4, 4)\n")
+    assert run(src, "-o", tmp_path / "out") == 0
+    text = capsys.readouterr().out
+    step = text.split("Next:")[1]
+    n = int(re.search(r"check the (\d+) sites? listed for a person", step).group(1))
+    table = re.search(r'report\.md, table "([^"]+)"', step).group(1)
+    assert max(len(line) for line in step.splitlines()) <= 80
+    report = tmp_path / "out_migration_report"
+    md = (report / "report.md").read_text()
+    section = md.split(f"## {table}\n")[1].split("\n## ")[0]
+    rows = [line for line in section.splitlines() if line.startswith("| ") and not line.startswith("| file:line")]
+    assert n >= 2 and len(rows) == n
+    with (report / "unsupported.csv").open(newline="") as f:
+        assert len(list(csv.DictReader(f))) > n  # the API notes are there too: not the place to count them
+
+
 def test_a_plain_entry_script_gets_the_next_step_with_its_own_device_flag(tmp_path, capsys, monkeypatch):
     """Most research code has no `if __name__ == "__main__":` block: its entry script runs at module level."""
     monkeypatch.setenv("COLUMNS", "100")

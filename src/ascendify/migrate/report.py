@@ -137,6 +137,11 @@ def api_groups(results: list[FileResult]) -> list[dict[str, Any]]:
     return sorted(groups.values(), key=lambda g: (-g["calls"], g["api"]))
 
 
+# report.md's section listing the CUDA sites not converted (exactly the rows the next step points to; in
+# unsupported.csv they sit among the API notes, so the pointer names this table)
+NEEDS_A_PERSON = "Not converted: needs a person"
+
+
 def _md_cell(s: Any) -> str:
     return str(s).replace("|", "\\|").replace("\n", " ")
 
@@ -178,7 +183,7 @@ def markdown(report: dict[str, Any], results: list[FileResult]) -> str:
         lines += [f"- `{r.path}`: {r.reason}" for r in skipped]
     need = [(r.path, f) for r in results for f in r.findings if f.kind == REPORT]
     if need:
-        lines += ["", "## Not converted: needs a person", "", "| file:line | rule | severity | API | reason | tip |",
+        lines += ["", f"## {NEEDS_A_PERSON}", "", "| file:line | rule | severity | API | reason | tip |",
                   "|---|---|---|---|---|---|"]
         lines += [f"| {_md_cell(p)}:{f.line} | {f.rule} | {f.severity} | `{_md_cell(f.api)}` | {_md_cell(f.message)} | "
                   f"{_md_cell(f.tip)} |" for p, f in need]
@@ -303,7 +308,8 @@ def next_steps(report: dict[str, Any], results: list[FileResult], *, mode: str, 
     manual = t["cuda_sites"] - t["converted"]
     where = " (report folder)" if report_dir is not None else " (written with --report DIR)"
     if manual:
-        steps.append(f"check the {plural(manual, 'site')} listed for a person: unsupported.csv{where}")
+        steps.append(f"check the {plural(manual, 'site')} listed for a person{where}:\n"
+                     f"     report.md, table \"{NEEDS_A_PERSON}\"")
     if t["native_ops"]:
         steps.append(f"port the {plural(t['native_ops'], 'custom CUDA op')}: cuda_ops.csv{where}")
     if mode in ("write", "inplace"):

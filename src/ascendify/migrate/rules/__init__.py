@@ -2,7 +2,7 @@
 
 Modules: ``devices`` (ASC1xx), ``cuda_api`` and ``graphs`` (ASC2xx), ``distributed`` (ASC3xx), ``backends`` (ASC4xx),
 ``tooling`` / ``optimizers`` / ``extensions`` (ASC5xx-6xx: profiler, custom CUDA code, CUDA-only libraries and
-compiled extensions), ``kernels_*`` (ASC608-ASC613: CUDA-only kernels rewritten to their NPU / portable equals,
+compiled extensions), ``kernels_*`` (ASC608-ASC614: CUDA-only kernels rewritten to their NPU / portable equals,
 or described), ``advice`` (ASC8xx),
 ``api_support`` (ASC9xx), ``leftovers`` (ASC099). ASC001 is the engine's ``import torch_npu`` insertion.
 """
@@ -21,6 +21,7 @@ from . import (  # noqa: F401
     kernels_apex,
     kernels_attention,
     kernels_custom,
+    kernels_guards,
     kernels_imports,
     leftovers,
     optimizers,
