@@ -172,3 +172,26 @@ def test_a_folded_text_beside_a_wide_path_column_loses_no_character(width):
     assert " ".join(cells) == why  # every word whole, in order
     names = [x.split("│")[2].strip() for x in lines[2:] if "│" in x]
     assert "".join(names) == "Module.blocks.1.attn.Attn.forward.0"  # whole, or folded at narrow widths
+
+
+@pytest.mark.parametrize("width", [80, 100])
+def test_identifiers_stay_whole_while_the_prose_column_wraps_at_spaces(width):
+    """At 80 columns `ascendify run`'s Redirected table printed `torch.cuda.manual_seed_a` / `ll`: every text column
+    got an equal share, so the column of API names broke mid-word while the prose column beside it had spaces to
+    wrap at. A column keeps its widest word when that fits; the prose takes the room left."""
+    apis = ["torch.cuda.manual_seed_all", "torch.cuda.get_device_properties", "torch.cuda.synchronize"]
+    to = "cpu: the CPU generator stands in for the CUDA one (one device, seeded by manual_seed)"
+    cols = [report.Column("api", "API"), report.Column("count", "calls", kind="number"),
+            report.Column("first_site", "first call site", kind="path"), report.Column("to")]
+    rows = [{"api": a, "count": 3, "first_site": "examples/train.py:12", "to": to} for a in apis]
+    lines = report.table_text(cols, rows, title="Redirected", width=width).splitlines()
+    assert all(len(x) <= width for x in lines)
+    body = [x.split("│") for x in lines if "│" in x]
+    assert [c[0].strip() for c in body if c[0].strip()] == apis  # each name whole, on one line
+    words = " ".join(c[3].strip() for c in body).split()
+    assert words == to.split() * 3  # the prose wrapped at its spaces: no word cut
+    # a name wider than any share still folds (nothing is lost), and the table still fits
+    long = [{**rows[0], "api": "x" * (width - 20)}]
+    text = report.table_text(cols, long, width=width)
+    assert all(len(x) <= width for x in text.splitlines())
+    assert "".join(x.split("│")[0].strip() for x in text.splitlines() if "│" in x) == "x" * (width - 20)

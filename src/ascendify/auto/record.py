@@ -1,8 +1,9 @@
 """What happened during a run: redirections, calls with no effect, unsupported calls, unmapped device values.
 
 Each entry counts calls and keeps the *first call site* (``file:line`` of the first frame outside torch and
-ascendify). Counting is a dict lookup and an increment; the stack is walked only the first time an API is seen,
-so recording stays off the hot path.
+ascendify). Calls that torch or another library makes itself are counted apart (``indirect``). Counting is a
+look at the few frames up to the nearest caller outside ascendify, a dict lookup and an increment; the whole stack
+is walked only the first time an API is seen, so recording stays off the hot path.
 """
 
 from __future__ import annotations
@@ -90,6 +91,65 @@ def caller_is_user(depth: int = 2) -> bool:
     return f is not None and is_user_file(f.f_code.co_filename)
 
 
+_OWNER_CACHE: dict[str, str] = {}
+
+
+def _owner(filename: str) -> str:
+    """Who a frame belongs to, as far as crediting a call goes: ``"user"``, a library's name (``"torch"``,
+    ``"transformers"``), or ``""`` for frames that only pass a call on (ascendify itself, the standard library,
+    generated code such as ``<string>`` or torch.fx's ``<eval_with_key>``)."""
+    r = _OWNER_CACHE.get(filename)
+    if r is None:
+        if filename.startswith("<"):
+            r = ""
+        elif is_user_file(filename):
+            r = "user"
+        else:
+            path = os.path.abspath(filename)
+            own = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the ascendify package
+            torch = sys.modules.get("torch")
+            torch_root = os.path.dirname(os.path.abspath(torch.__file__)) if getattr(torch, "__file__", None) else ""
+            if path.startswith(own + os.sep):
+                r = ""
+            elif torch_root and path.startswith(torch_root + os.sep):
+                r = "torch"
+            else:
+                r = ""  # the standard library (threading, contextlib, copy) calls on someone's behalf
+                for root in _site_roots():
+                    if path.startswith(root + os.sep):
+                        r = os.path.relpath(path, root).split(os.sep)[0].removesuffix(".py") or "?"
+                        break
+        _OWNER_CACHE[filename] = r
+    return r
+
+
+@cache
+def _site_roots() -> tuple[str, ...]:
+    """The folders third-party libraries are installed in (site-packages, dist-packages)."""
+    roots = {os.path.abspath(p) for p in sys.path if p and ("site-packages" in p or "dist-packages" in p)}
+    for key in ("purelib", "platlib"):
+        p = sysconfig.get_paths().get(key)
+        if p:
+            roots.add(os.path.abspath(p))
+    return tuple(sorted(roots, key=len, reverse=True))
+
+
+def calling_library(depth: int = 2) -> str | None:
+    """None when the call above ``depth`` was made by the user's code itself; otherwise the name of the library
+    that made it (``"torch"`` while dynamo/inductor compile, inside ``autocast.__enter__``, ...).
+
+    The nearest frame that is not ascendify, the standard library or generated code decides: a user's frame there
+    means the user called the API directly; a torch (or other library) frame there means the library called it,
+    even when the user's code is further up the stack. Cheap: a few frames and a dict lookup per frame."""
+    f = sys._getframe(depth)
+    while f is not None:
+        o = _owner(f.f_code.co_filename)
+        if o:
+            return None if o == "user" else o
+        f = f.f_back
+    return None
+
+
 def short_path(path: str) -> str:
     try:
         rel = os.path.relpath(path)
@@ -125,6 +185,10 @@ class Recorder:
     - ``unsupported``: no equivalent on the target; the call raised :class:`UnsupportedOnTarget` (or was
       skipped, for pure annotations such as NVTX ranges, unless ``strict``);
     - ``unmapped``: a CUDA-looking string in a device position that is not a device (``"cuda:x"``); passed on.
+
+    Redirected and no-effect calls that torch (or another library) makes itself, rather than the user's code
+    (dynamo and inductor querying the device while they compile, ``autocast.__enter__`` reading the autocast
+    state), are kept apart in ``indirect``, keyed by the library, so the user's tables list only the user's calls.
     """
 
     def __init__(self, target: str = "", strict: bool = False) -> None:
@@ -135,10 +199,15 @@ class Recorder:
         self.unsupported: dict[str, list[Any]] = {}
         self.unmapped: dict[str, list[Any]] = {}
         self.findings: list[dict[str, Any]] = []
+        self.indirect: dict[tuple[str, str, str], list[Any]] = {}  # (library, kind, api): calls torch etc. made
         self.on_first: Callable[[], None] | None = None  # run when a new API is first seen (env translation)
 
-    # hot path: one dict lookup when the API was seen before
+    # hot path: a short walk to the nearest caller that is not ascendify, and one dict lookup
     def hit(self, api: str, detail: str = "") -> None:
+        by = calling_library(2)  # from hit's caller up: ascendify's own frames pass the call on
+        if by is not None:
+            self._indirect(by, "redirected", api, detail)
+            return
         e = self.redirected.get(api)
         if e is not None:
             e[0] += 1
@@ -147,7 +216,23 @@ class Recorder:
         if self.on_first is not None:
             self.on_first()
 
+    def _indirect(self, by: str, kind: str, api: str, detail: str) -> None:
+        """A call that torch (or another library) made, not the user's code: counted apart, with the user's line
+        that led to it (``with autocast(...):``, the call of a compiled model) as its site."""
+        key = (by, kind, api)
+        e = self.indirect.get(key)
+        if e is not None:
+            e[0] += 1
+            return
+        self.indirect[key] = [1, call_site(4), detail]
+        if self.on_first is not None:
+            self.on_first()
+
     def noop(self, api: str, reason: str) -> None:
+        by = calling_library(2)  # from the caller up: ascendify's own frames pass the call on
+        if by is not None:
+            self._indirect(by, "no_effect", api, reason)
+            return
         e = self.no_effect.get(api)
         if e is not None:
             e[0] += 1
@@ -197,4 +282,7 @@ class Recorder:
             "unsupported": rows(self.unsupported, "reason"),
             "unmapped": rows(self.unmapped, "reason"),
             "findings": list(self.findings),
+            "indirect": sorted(({"api": api, "count": v[0], "first_site": v[1], "by": by, "kind": kind,
+                                 "detail": v[2]} for (by, kind, api), v in self.indirect.items()),
+                               key=lambda r: (r["by"], -r["count"], r["api"])),
         }

@@ -47,11 +47,40 @@ def render(rep: dict[str, Any], file=None) -> None:
         if len(rows) > MAX_ROWS:
             shown.append({"api": f"... {len(rows) - MAX_ROWS} more (see --log)"})
         report.print_table(cols, shown, title=title, console=console)
+    _render_indirect(rep.get("indirect") or [], console)
     if rep["findings"]:
         cols = [report.Column("site", kind="path"), report.Column("code"), report.Column("why")]
         shown = [{"site": f"{f['file']}:{f['line']}", "code": f["code"], "why": f["message"]}
                  for f in rep["findings"][:MAX_ROWS]]
         report.print_table(cols, shown, title="Findings in your code (CUDA checks)", console=console)
+
+
+def indirect_lines(rows: list[dict[str, Any]], names: int = 6) -> list[str]:
+    """One line per library for the calls torch (or another library) made itself, not the user's code: how
+    many APIs and calls, the busiest names, and the lines they were reached from (the user's, where there is one)."""
+    by: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        by.setdefault(r["by"], []).append(r)
+    out = []
+    for lib, rs in by.items():
+        rs = sorted(rs, key=lambda r: (-r["count"], r["api"]))
+        shown = ", ".join(r["api"] for r in rs[:names]) + (f", … {len(rs) - names} more" if len(rs) > names else "")
+        sites = list(dict.fromkeys(r["first_site"] for r in rs))
+        where = ", ".join(sites[:3]) + (", …" if len(sites) > 3 else "")
+        out.append(f"  by {lib}: {plural(len({r['api'] for r in rs}), 'CUDA API')} "
+                   f"({plural(sum(r['count'] for r in rs), 'call')}) reached from "
+                   f"{where}: {shown}")
+    return out
+
+
+def _render_indirect(rows: list[dict[str, Any]], console) -> None:
+    if not rows:
+        return
+    from ascendify import report
+
+    report.print_wrapped(console, 'Called by libraries, not by your code (see "indirect" in --log):')
+    for line in indirect_lines(rows):
+        report.print_wrapped(console, line)
 
 
 def is_rank_zero() -> bool:

@@ -185,7 +185,7 @@ def _table(columns: list[Column], rows: list[dict[str, Any]], title: str | None,
     t = Table(title=Text(title) if title is not None else None, title_justify="left", show_edge=False, pad_edge=False, expand=False, header_style="bold")
     path_budget = _path_budget(columns, rows, width)
     mins = {c.name: _path_min_width(c, rows, path_budget) for c in columns if c.kind == "path"}
-    text_max = _text_max_width(columns, rows, width, mins)
+    text_max = _text_widths(columns, rows, width, mins)
     for c in columns:
         t.add_column(
             c.title,
@@ -195,7 +195,7 @@ def _table(columns: list[Column], rows: list[dict[str, Any]], title: str | None,
             no_wrap=c.kind in ("number", "status"),
             min_width=(mins[c.name] if c.kind == "path"
                        else min(_natural(c, rows), _TEXT_MIN) if c.kind == "text" else None),
-            max_width=text_max if c.kind == "text" else None,
+            max_width=text_max.get(c.name) if c.kind == "text" else None,
         )
     for row in rows:
         cells = []
@@ -255,18 +255,43 @@ def _split(columns: list[Column], rows: list[dict[str, Any]], width: int) -> tup
     return keys, groups
 
 
-def _text_max_width(columns: list[Column], rows: list[dict[str, Any]], width: int, path_mins: dict[str, int]) -> int | None:
-    """The width each text column may take so that the table fits ``width`` without rich collapsing it; None when
-    the text fits as it is. rich shrinks the widest folding column first (a path column) and then restores its
-    ``min_width``: the row ends past the console's edge and the last characters of a line are cut off."""
+def _longest_word(col: Column, rows: list[dict[str, Any]]) -> int:
+    """The widest word of a column (its cells and its title): the width below which a cell must break mid-word.
+    For a column of identifiers (``torch.cuda.manual_seed_all``, a layer name) it is the column's natural width."""
+    cells = [format_value(r.get(col.name), col.kind) for r in rows] + [col.title]
+    return max((len(w) for cell in cells for w in cell.split()), default=0)
+
+
+def _text_widths(columns: list[Column], rows: list[dict[str, Any]], width: int,
+                 path_mins: dict[str, int]) -> dict[str, int]:
+    """The width each text column may take so that the table fits ``width`` without rich collapsing it; empty
+    when the text fits as it is. rich shrinks the widest folding column first (a path column) and then restores
+    its ``min_width``: the row ends past the console's edge and the last characters of a line are cut off.
+
+    No column is cut mid-word while another could wrap at its spaces instead: each text column gets at least
+    its widest word (a column of API names keeps its names whole) and the room left goes to the columns of
+    prose, which wrap at spaces. Only when even the words cannot fit side by side does every column get an
+    equal share (and long words fold)."""
     texts = [c for c in columns if c.kind == "text"]
     if not texts:
-        return None
+        return {}
     fixed = sum(path_mins[c.name] if c.kind == "path" else _natural(c, rows) for c in columns if c.kind != "text")
     room = width - fixed - 3 * (len(columns) - 1)
-    if sum(_natural(c, rows) for c in texts) <= room:
-        return None
-    return max(_TEXT_MIN, room // len(texts))
+    natural = {c.name: _natural(c, rows) for c in texts}
+    if sum(natural.values()) <= room:
+        return {}
+    floor = {c.name: min(natural[c.name], max(_longest_word(c, rows), _TEXT_MIN)) for c in texts}
+    if sum(floor.values()) > room:
+        share = max(_TEXT_MIN, room // len(texts))
+        return {c.name: share for c in texts}
+    # water-filling: raise a common level over the floors until the room is used
+    level = 0
+    while True:
+        widths = {n: min(natural[n], max(floor[n], level + 1)) for n in natural}
+        if sum(widths.values()) > room or level + 1 > max(natural.values()):
+            break
+        level += 1
+    return {n: min(natural[n], max(floor[n], level)) for n in natural}
 
 
 def _path_min_width(col: Column, rows: list[dict[str, Any]], budget: int) -> int:
