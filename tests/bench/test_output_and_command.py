@@ -208,3 +208,25 @@ def test_cli_compare_pair_by_config(tmp_path, capsys):
     assert doc["rows"][0]["throughput_ratio"] == pytest.approx(0.5)
     out = capsys.readouterr().out
     assert "orig.py:LM" in out and "port.py:LM" in out
+
+
+def test_a_cpu_quick_run_fits_80_columns_in_one_part():
+    # a user model (its FACTORY spec is the name) on the CPU, memory measured, no MFU: the MiB column was a second
+    # part of its own
+    from ascendify import report
+
+    recs = [_rec(model="mlp.py:build", device="cpu", device_name="AMD EPYC", mfu=None, precision=p,
+                 throughput=12345.6, throughput_spread={"min": 11000.0, "max": 13000.0, "stdev": 9.0},
+                 latency_ms={"p50": 2480.0, "p90": 2500.0, "p99": 2600.0}, peak_memory_bytes=123456 << 20)
+            for p in ("fp32", "bf16")]
+    con = report.console(file=io.StringIO(), width=80)
+    con.print(output.render_table(recs))
+    text = con.file.getvalue()
+    assert "part " not in text and max(map(len, text.splitlines())) <= 80, text
+    assert "MiB" in text and "123,456" in text and "2480/2600" in text
+    assert "status" not in text  # every run ended ok
+    # a sweep with an OOM shows the status column (and may split to fit it)
+    con = report.console(file=io.StringIO(), width=120)
+    con.print(output.render_table([*recs, _rec(status="oom", throughput=None, latency_ms=None, mfu=None)]))
+    assert "status" in con.file.getvalue() and "oom" in con.file.getvalue()
+    assert output.csv_rows(recs)[0]["status"] == "ok"  # the records themselves keep it

@@ -102,3 +102,41 @@ def test_cli_explain_text_fits_80_columns(capsys, monkeypatch):
     assert all(len(x) <= 80 or " " not in x.strip() for x in lines), [x for x in lines if len(x) > 80]
     assert any(x.startswith("    ") for x in lines)  # a long cause or fix continues, indented
     assert "PYTORCH_NPU_ALLOC_CONF" in out
+
+
+# 507035 as CANN and torch_npu really write it (lines from the issues the entry cites), and lines that carry the
+# number without being that error
+CODE_507035 = [
+    "[W1215 11:30:10.136265096 NPUStream.cpp:545] Warning: NPU warning, error code is 507035[Error]:",
+    "EH9999: [PID: 275] 2025-08-28-02:33:28.436.891 wait for compute device to finish failed, runtime result = "
+    "507035.[FUNC:ReportCallError][FILE:log_inner.cpp][LINE:161]",
+    "EZ9903: [PID: 6388] 2025-09-18-06:56:43.611.115 rtGeneralCtrl failed, runtime error code: 507035",
+    "[ERROR] aclrtSynchronizeStream(stream) failed: 507035 (npu_validation/Adds/adds/main.cpp:84)",
+    "RuntimeError: NPU function error: call aclnnNonzero failed, error code:507035",
+    "RuntimeError: NPU function error: call aclnnInplaceUniform failed, error code = 507035",
+    "[ERROR] 2025-09-18-06:56:43 (PID:6388, Device:7, RankID:-1) ERR99999 UNKNOWN applicaiton exception: 507035",
+]
+NOT_507035 = [
+    "EZ9999: The error from device(chipId:3, dieId:0), serial number is 507035, there is an exception",
+    "[ERROR] 2025-09-18-06:56:43 (PID:507035, Device:7, RankID:-1) ERR00100 PTA call acl api failed",
+    "EZ9999: [PID: 507035] 2025-09-18-06:56:43.611.115 ERR99999 UNKNOWN applicaiton exception",
+    "[ERROR] 2025-09-18-06:56:43.507035 (PID:6388, Device:7, RankID:-1) ERR00100 PTA call acl api failed",
+    "RuntimeError: NPU function error: aclrtMemcpy failed, error code is 5070351",
+    "there is an exception of aivec error, core id is 22, error code = 0, dump info: pc start: 0x12c20507035000",
+]
+
+
+@pytest.mark.parametrize("line", CODE_507035)
+def test_507035_in_each_wording_cann_uses(line):
+    assert "aicore-exception" in {h["entry"]["id"] for h in explain.match_text(line)}
+
+
+@pytest.mark.parametrize("line", NOT_507035)
+def test_507035_is_not_any_number_that_looks_like_it(line):
+    assert "aicore-exception" not in {h["entry"]["id"] for h in explain.match_text(line)}
+
+
+def test_other_codes_take_the_same_wordings():
+    for line, entry in (("aclrtGetDeviceCount(&device_count) failed, error code:207004", "device-unavailable"),
+                        ("wait failed, runtime result = 561003.", "op-no-binary")):
+        assert entry in {h["entry"]["id"] for h in explain.match_text(line)}, line

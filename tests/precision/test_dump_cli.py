@@ -58,14 +58,28 @@ def test_steps_end_at_optimizer_step(work, capsys):
     assert list_steps_ranks(work / "out") == [(0, 0), (2, 0)]
     summary = json.loads((work / "s.json").read_text())
     assert [w["step"] for w in summary["written"]] == [0, 2] and summary["exit_code"] == 0
-    assert summary["steps_seen"] == 4  # three optimizer steps, and what ran after the last one
+    assert summary["steps_seen"] == 3  # three optimizer steps; nothing ran after the last one
     d = load_dump(work / "out", step=2)
     names = [n.name for n in d.nodes]
     assert "Module.0.Linear.forward.0" in names and "Module.0.Linear.backward.0" in names
     assert set(d.by_name()["Module.0.Linear.backward.0"].grads) == {"weight", "bias"}
     assert not any("sgd" in n.name.lower() or n.name.startswith("Tensor.add_") for n in d.nodes)  # optimizer
     err = capsys.readouterr().err
-    assert "2 steps written to out" in err
+    assert "2 steps written to out" in err and "the program saw 3 steps" in err
+
+
+def test_a_step_that_ran_something_after_the_last_optimizer_step_counts(work, capsys):
+    # the same program, then one evaluation after the loop: a fourth step, recorded and written
+    (work / "train_eval.py").write_text(TRAIN + "print(model(torch.randn(1, 4)).sum().item())\n")
+    assert main(["dump", "-o", "out", "--json", "s.json", "--", "python", "train_eval.py"]) == 0
+    summary = json.loads((work / "s.json").read_text())
+    assert summary["steps_seen"] == 4 and [w["step"] for w in summary["written"]] == [0, 1, 2, 3]
+    assert "4 steps written to out" in capsys.readouterr().err
+    # not selected, it still counts: the program ran it
+    assert main(["dump", "-o", "out2", "--steps", "0", "--json", "s2.json", "--", "python", "train_eval.py"]) == 0
+    assert json.loads((work / "s2.json").read_text())["steps_seen"] == 4
+    assert main(["dump", "-o", "out3", "--steps", "0", "--json", "s3.json", "--", "python", "train.py"]) == 0
+    assert json.loads((work / "s3.json").read_text())["steps_seen"] == 3
 
 
 def test_explicit_step_calls_replace_optimizer_steps(work):

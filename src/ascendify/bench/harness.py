@@ -6,7 +6,8 @@
 
 What a run does, in order (``run_one``):
 
-1. free the device's cache and reset its peak-memory counter, so the peak is this run's alone;
+1. free the device's cache and reset its peak-memory counter, so the peak is this run's alone (on the CPU, after
+   paying the process's one-off growth once: ``device.warm_host``);
 2. build the model (``ascendify.workloads.models``), move it (``channels_last`` if asked), build the optimizer, the
    GradScaler (fp16 training) and the batch; count the FLOPs of one step with ``torch.utils.flop_counter``
    on the eager model; then ``torch.compile`` it if asked;
@@ -265,7 +266,7 @@ def _run_into(rec: Record, cfg: BenchConfig, dev: BenchDevice, held: _Run, on_st
     from ascendify.workloads import models
 
     dev.free_memory()
-    dev.reset_peak_memory()
+    dev.reset_peak_memory(_autocast_dtype(cfg.precision))
     model = models.build_model(cfg.model, num_classes=cfg.num_classes, image_size=cfg.image_size,
                                seq_len=cfg.seq_len, config_overrides=cfg.config_overrides)
     held.model = model
@@ -576,6 +577,8 @@ def bench_module(
     loss_of = loss_fn or default_loss
 
     def work():
+        dev.free_memory()
+        dev.reset_peak_memory(_autocast_dtype(precision))  # this run's peak alone (the model is the caller's)
         held.model = model.to(dev.torch_device)
         model.train(mode == "train")
         held.batch = tree_map(lambda x: x.to(dev.torch_device) if isinstance(x, torch.Tensor) else x,

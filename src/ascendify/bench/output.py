@@ -32,7 +32,7 @@ def _columns():
     return [
         Column("model", kind="path"), Column("run"), Column("batch_size", "batch", "number"),
         Column("status", kind="status"), Column("throughput", "samples/s", "number"), Column("spread", "±"),
-        Column("latency", "p50/p99 ms", align="right"), Column("memory", "MiB", "number"),
+        Column("latency", "p50/99 ms", align="right"), Column("memory", "MiB", "number"),
         Column("mfu", "MFU %", "number"),
     ]
 
@@ -86,8 +86,11 @@ def render_table(records: list[dict], title: str | None = None):
     from ascendify import report
 
     rows = [table_row(r) for r in records]
-    # MFU needs a known peak (not on the CPU or the emulated NPU); memory a device allocator: no empty columns
-    cols = shown_columns(_columns(), rows, ("mfu", "memory"))
+    # MFU needs a known peak (not on the CPU or the emulated NPU); memory a device allocator: no empty columns;
+    # the status only where a run did not end "ok" (an OOM in a sweep): the table fits 80 columns in one part
+    optional = ("mfu", "memory") if any(r.get("status") != "ok" for r in rows) else ("mfu", "memory", "status")
+    cols = shown_columns(_columns(), [{**r, "status": None} if r.get("status") == "ok" else r for r in rows],
+                         optional)
     return report.table(cols, rows, title=title or title_for(records))
 
 

@@ -123,12 +123,13 @@ def _list_checks(registry, args) -> int:
 
     width = max(40, min(shutil.get_terminal_size((100, 24)).columns, 120))
     for c in registry.values():
-        print(f"{c.id}: {c.title}")
+        print(textwrap.fill(f"{c.id}: {c.title}", width, subsequent_indent="    "))
         for para in c.doc.split("\n\n"):  # paragraphs re-wrapped to the terminal (they were ~115 wide)
             text = " ".join(para.split())
             print(textwrap.fill(text, width, initial_indent="    ", subsequent_indent="      ") if text else "")
             print()
-    print("smoke:<target>, perf:<target>: device checks (targets npu, cuda, emulated, cpu); --check device runs them")
+    print(textwrap.fill("smoke:<target>, perf:<target>: device checks (targets npu, cuda, emulated, cpu); --check "
+                        "device runs them", width, subsequent_indent="    "))
     return 0
 
 

@@ -49,20 +49,75 @@ def _depths(nodes: list[Node]) -> list[int]:
     return depth
 
 
-def _key(n: Node, depth: int) -> matching.CallKey:
-    tin = [x for x in n.inputs if isinstance(x, TensorStats)]
-    own = tuple(tuple(s.shape) for s in n.params.values())
-    return matching.CallKey(
-        path=(n.module_path or "") if n.kind == "module" else (n.api or n.name),
-        kind=n.kind,
-        class_name=n.class_name,
-        in_shapes=tuple(tuple(t.shape) for t in tin),
-        out_shapes=tuple(tuple(t.shape) for t in n.outputs),
-        own_params=own,
-        call_index=n.call_index,
-        owner=n.module_path if n.kind == "api" else None,
-        depth=depth,
-    )
+# torch.nn.init functions that msprobe (which hooks Tensor methods, not torch.nn.init) sees as the Tensor method
+# they call; ours records the init function itself where it dispatches to torch functions (uniform_, normal_,
+# constant_, kaiming_uniform_), the Tensor method otherwise
+_INIT_TO_METHOD = {"uniform_": "uniform_", "normal_": "normal_", "constant_": "fill_", "ones_": "fill_",
+                   "zeros_": "zero_", "xavier_uniform_": "uniform_", "kaiming_uniform_": "uniform_",
+                   "xavier_normal_": "normal_", "kaiming_normal_": "normal_"}  # fmt: skip
+# Python operators as recorded (``a * b``: Tensor.__mul__) and the method they call (Tensor.mul, torch.mul)
+_OPERATORS = {f"__{n}__": n for n in ("add", "sub", "mul", "matmul", "pow", "and", "or", "xor", "lt", "le", "eq",
+                                       "ne", "gt", "ge", "neg", "abs", "floordiv")}  # fmt: skip
+_OPERATORS["__truediv__"] = "div"
+_OPERATORS["__mod__"] = "remainder"
+
+
+# where ours finds torch.linalg/fft/special functions (``linalg_vector_norm``), and what its node name reads back as
+_FLAT_NAMESPACES = ("torch", "torch._C._VariableFunctions", "torch._C._linalg", "torch._C._fft", "torch._C._special")
+
+
+def api_key(api: str) -> str:
+    """One name for one API call whichever tool recorded it, for matching: ours records ``torch.nn.init.normal_``
+    and ``torch.linalg.vector_norm`` (node names ``Torch.normal_``, ``Torch.linalg_vector_norm``); msprobe
+    records the ``Tensor.normal_`` that init calls, names ``torch.linalg.vector_norm`` ``Torch.vector_norm``
+    (the last part of the name only) and ``torch._VF.lstm`` ``VF.lstm``; the same operation reached as a
+    function, a ``Tensor`` method or an operator (``torch.mul``, ``x.mul``, ``x * y``) is one call.
+
+    >>> [api_key(a) for a in ("torch.nn.init.normal_", "Tensor.normal_", "torch.normal_")]
+    ['normal_', 'normal_', 'normal_']
+    >>> [api_key(a) for a in ("torch.linalg.vector_norm", "torch.vector_norm", "torch.linalg_vector_norm")]
+    ['vector_norm', 'vector_norm', 'vector_norm']
+    >>> [api_key(a) for a in ("torch.nn.functional.gelu", "Tensor.__mul__", "torch.mul", "torch._VF.lstm")]
+    ['gelu', 'mul', 'mul', 'lstm']
+    >>> api_key("torch.distributed.distributed_c10d.all_reduce"), api_key("torch.distributed.all_reduce")
+    ('torch.distributed.all_reduce', 'torch.distributed.all_reduce')
+    """
+    head, _, name = api.rpartition(".")
+    if head.startswith("torch.distributed"):
+        return f"torch.distributed.{name}"
+    if head in _FLAT_NAMESPACES and name.startswith(("linalg_", "fft_", "special_")):
+        name = name.split("_", 1)[1]  # ours: Torch.linalg_vector_norm, the node name read back without our keys
+    name = _OPERATORS.get(name, name)
+    return _INIT_TO_METHOD.get(name, name)
+
+
+def _keys(nodes: list[Node]) -> list[matching.CallKey]:
+    """Matching keys of ``nodes`` (execution order). An API call's path is its :func:`api_key` and its call number
+    counts the calls of that key: each tool numbers calls by its own name (ours ``Torch.kaiming_uniform_.1``
+    and ``Torch.uniform_.0`` are msprobe's ``Tensor.uniform_.2`` and ``.1``)."""
+    seen: dict[str, int] = {}
+    keys = []
+    for n, depth in zip(nodes, _depths(nodes), strict=True):
+        tin = [x for x in n.inputs if isinstance(x, TensorStats)]
+        own = tuple(tuple(s.shape) for s in n.params.values())
+        if n.kind == "module":
+            path, index = n.module_path or "", n.call_index
+        else:
+            path = api_key(n.api or n.name)
+            index = seen.get(path, 0)
+            seen[path] = index + 1
+        keys.append(matching.CallKey(
+            path=path,
+            kind=n.kind,
+            class_name=n.class_name,
+            in_shapes=tuple(tuple(t.shape) for t in tin),
+            out_shapes=tuple(tuple(t.shape) for t in n.outputs),
+            own_params=own,
+            call_index=index,
+            owner=n.module_path if n.kind == "api" else None,
+            depth=depth,
+        ))  # fmt: skip
+    return keys
 
 
 def _worst(pairs: list[tuple[TensorStats, TensorStats]], integers: bool = False) -> dict[str, Any]:
@@ -347,8 +402,7 @@ def compare_dumps(
         raise DumpError(gd.root, "the golden dump holds no forward nodes")
     if not tn:
         raise DumpError(td.root, "the target dump holds no forward nodes")
-    gk = [_key(n, d) for n, d in zip(gn, _depths(gn), strict=True)]
-    tk = [_key(n, d) for n, d in zip(tn, _depths(tn), strict=True)]
+    gk, tk = _keys(gn), _keys(tn)
     m = matching.match_calls(gk, tk)
     g_mod = [i for i, k in enumerate(gk) if k.kind == "module"] or list(range(len(gk)))
     matched_g = {g for g, _ in m.pairs}

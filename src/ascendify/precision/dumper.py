@@ -335,6 +335,18 @@ def _api_info(func) -> tuple[str, str] | None:
 
 _api_cache: dict[Any, tuple[str, str] | None] = {}
 
+
+def _cached_api_info(func) -> tuple[str, str] | None:
+    try:
+        return _api_cache[func]
+    except (KeyError, TypeError):
+        info = _api_info(func)
+        try:
+            _api_cache[func] = info
+        except TypeError:
+            pass
+        return info
+
 # ``a * b`` reaches the mode as Tensor.mul; msprobe (which wraps Tensor.__mul__) names it Tensor.__mul__. The
 # caller's current bytecode instruction says which form was written (CPython 3.11+; elsewhere: the method name).
 _BINARY = {0: "add", 1: "and", 2: "floordiv", 3: "lshift", 4: "matmul", 5: "mul", 6: "mod", 7: "or", 8: "pow",
@@ -389,15 +401,10 @@ class _ApiMode(TorchFunctionMode):
         if d._table.pending is not None and not d._busy and func not in _KEEPS_DEFERRED:
             d._table.settle()  # this call could write to the deferred tensor: take its statistics first
         if not d._recording or d._busy:
+            if not (d._busy or d._step_active or d._in_optimizer) and _cached_api_info(func) is not None:
+                d._step_active = True  # a call this step would have recorded (the optimizer's own are not)
             return func(*args, **kwargs)
-        try:
-            info = _api_cache[func]
-        except (KeyError, TypeError):
-            info = _api_info(func)
-            try:
-                _api_cache[func] = info
-            except TypeError:
-                pass
+        info = _cached_api_info(func)
         if info is None or _from_emulator_kernel():
             return func(*args, **kwargs)
         if info[0] in _OPERATOR_FORMS:
@@ -460,6 +467,8 @@ class Dumper:
         self.step_on_optimizer = step_on_optimizer
         self.explicit_steps_win = True  # a call to precision.step() turns optimizer boundaries off
         self.step_index = 0
+        self._step_active = False  # a module or torch call ran in this step (recorded or not)
+        self._last_step_active = True  # stop(): whether the step in progress then had run anything
         self.written: list[Path] = []
         self.written_info: list[dict] = []
         self.error: BaseException | None = None
@@ -561,6 +570,7 @@ class Dumper:
         self._handles.clear()
         self._param_handles.clear()
         self._stack.clear()
+        self._last_step_active = self._step_active or any(r.kind is not None for r in self._recs)
         try:
             self._flush()
         finally:
@@ -573,7 +583,16 @@ class Dumper:
         """End the current step (write it when it was recorded) and start the next."""
         self._flush()
         self.step_index += 1
+        self._step_active = False
         self._update_recording()
+
+    @property
+    def steps_seen(self) -> int:
+        """The steps the program ran so far: after ``stop()``, a last step in which nothing ran (the program
+        ended right after its last ``optimizer.step()``) is not one."""
+        if self._started:
+            return self.step_index + 1
+        return self.step_index + (1 if self._last_step_active else 0)
 
     def __enter__(self) -> Dumper:
         return self.start()
@@ -807,6 +826,8 @@ class Dumper:
 
     def _pre_hook(self, module, args, kwargs):
         if not self._recording or self._busy:
+            if not self._busy and not self._in_optimizer:
+                self._step_active = True
             return None
         if not self._stack:
             # a new top-level call: parameters may have changed since the last one through ``p.data`` (a

@@ -483,6 +483,14 @@ _API_PREFIX = {"Functional": "torch.nn.functional", "Torch": "torch", "Tensor": 
                "Distributed": "torch.distributed", "Aten": "torch.ops.aten", "VF": "torch._VF"}  # fmt: skip
 
 
+# torch.nn.init functions: no torch.* function has these names, so ``Torch.normal_`` (our node name for
+# ``torch.nn.init.normal_``, read without our keys) is the init function
+_INIT_NAMES = frozenset(
+    "uniform_ normal_ constant_ ones_ zeros_ eye_ dirac_ xavier_uniform_ xavier_normal_ kaiming_uniform_ "
+    "kaiming_normal_ trunc_normal_ orthogonal_ sparse_".split()
+)
+
+
 def _parse_name(name: str) -> dict[str, Any] | None:
     m = _NAME_MODULE.match(name)
     if m:
@@ -495,6 +503,8 @@ def _parse_name(name: str) -> dict[str, Any] | None:
     if m:
         prefix, api = m.group("prefix"), m.group("api")
         dotted = f"{_API_PREFIX.get(prefix, prefix)}.{api}"
+        if prefix == "Torch" and api in _INIT_NAMES:
+            dotted = f"torch.nn.init.{api}"
         return {"kind": "api", "module_path": None, "class_name": None, "direction": m.group("dir"),
                 "call_index": int(m.group("idx")), "api": dotted}  # fmt: skip
     return None

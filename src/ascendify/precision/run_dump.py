@@ -78,7 +78,7 @@ def run_program(prog, conf: dict, *, emulate: bool = False, to: str | None = Non
         "output": str(dumper.root),
         "level": dumper.level,
         "mode": dumper.mode,
-        "steps_seen": dumper.step_index + 1,
+        "steps_seen": dumper.steps_seen,
         "written": [
             {"folder": str(w["folder"]), "step": w["step"], "rank": w["rank"], "nodes": w["nodes"]}
             for w in dumper.written_info

@@ -163,10 +163,15 @@ def table(columns: list[Column], rows: list[dict[str, Any]], title: str | None =
     draws a rule above the last row (a total)."""
     width = width or terminal_width()
     keys, groups = _split(columns, rows, width)
-    if len(groups) <= 1:
-        return _table(columns, rows, title, width, total_row)
     from rich.console import Group
     from rich.text import Text
+
+    if len(groups) <= 1:
+        if title is None:
+            return _table(columns, rows, None, width, total_row)
+        # the title on its own line, wrapped to the line, not to the table (a narrow table broke a title such as
+        # "[emulated: host speed, not NPU speed]" in two)
+        return Group(Text(title), _table(columns, rows, None, width, total_row))
 
     parts = []
     for i, group in enumerate(groups):
