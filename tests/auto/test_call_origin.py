@@ -82,3 +82,14 @@ def test_torch_compile_under_autocast_credits_only_the_scripts_own_calls(tmp_pat
     assert "by torch:" in r.stderr and "get_device_properties" in r.stderr
     table = r.stderr.split("Called by libraries")[0]
     assert "get_device_properties" not in table and "is_autocast_enabled" not in table
+
+
+def test_a_call_through_torchs_plain_api_is_the_users():
+    """``torch.cuda.amp.autocast()`` builds a ``torch.amp.autocast``, ``mp.spawn`` prepares processes: torch's own
+    frames sit between the user's line and the redirect, but the user asked for it."""
+    rec = Recorder("cpu")
+    wrapper = _library_function(os.path.dirname(torch.__file__), "cuda/amp/fake_for_test.py")
+    wrapper(rec.hit, "torch.autocast", "cuda -> cpu")
+    rep = rec.as_dict()
+    assert [r["api"] for r in rep["redirected"]] == ["torch.autocast"] and rep["indirect"] == []
+    assert "test_call_origin.py:" in rep["redirected"][0]["first_site"]

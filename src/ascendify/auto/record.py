@@ -92,12 +92,16 @@ def caller_is_user(depth: int = 2) -> bool:
 
 
 _OWNER_CACHE: dict[str, str] = {}
+# torch's subpackages that compile or trace: a call made from their frames is torch's own, not the user's
+_TORCH_MACHINERY = frozenset({"_dynamo", "_inductor", "_functorch", "fx", "_subclasses", "_higher_order_ops",
+                              "_export", "export", "_guards.py", "_prims", "_refs", "_decomp", "_library"})
 
 
 def _owner(filename: str) -> str:
-    """Who a frame belongs to, as far as crediting a call goes: ``"user"``, a library's name (``"torch"``,
-    ``"transformers"``), or ``""`` for frames that only pass a call on (ascendify itself, the standard library,
-    generated code such as ``<string>`` or torch.fx's ``<eval_with_key>``)."""
+    """Who a frame belongs to, as far as crediting a call goes: ``"user"``, a library's name (``"torch"`` for its
+    compilers and tracers, ``"transformers"``), or ``""`` for frames that only pass a call on (ascendify itself,
+    the standard library, the rest of torch, generated code such as ``<string>`` or torch.fx's
+    ``<eval_with_key>``)."""
     r = _OWNER_CACHE.get(filename)
     if r is None:
         if filename.startswith("<"):
@@ -112,7 +116,11 @@ def _owner(filename: str) -> str:
             if path.startswith(own + os.sep):
                 r = ""
             elif torch_root and path.startswith(torch_root + os.sep):
-                r = "torch"
+                # torch's compilers make calls of their own (inductor asks for the device's properties, dynamo
+                # reads the autocast state while it traces); the rest of torch passes on a call the user made
+                # (torch.cuda.amp.autocast() builds a torch.amp.autocast, mp.spawn starts processes)
+                sub = path[len(torch_root) + 1 :].split(os.sep, 1)[0]
+                r = "torch" if sub in _TORCH_MACHINERY else ""
             else:
                 r = ""  # the standard library (threading, contextlib, copy) calls on someone's behalf
                 for root in _site_roots():
@@ -136,11 +144,13 @@ def _site_roots() -> tuple[str, ...]:
 
 def calling_library(depth: int = 2) -> str | None:
     """None when the call above ``depth`` was made by the user's code itself; otherwise the name of the library
-    that made it (``"torch"`` while dynamo/inductor compile, inside ``autocast.__enter__``, ...).
+    that made it (``"torch"`` while dynamo/inductor compile or trace, ``"transformers"``...).
 
-    The nearest frame that is not ascendify, the standard library or generated code decides: a user's frame there
-    means the user called the API directly; a torch (or other library) frame there means the library called it,
-    even when the user's code is further up the stack. Cheap: a few frames and a dict lookup per frame."""
+    The nearest frame that is not ascendify, the standard library, generated code or torch's plain API decides: a
+    user's frame there means the user called the API (directly, or through a torch wrapper such as
+    ``torch.cuda.amp.autocast`` or ``torch.multiprocessing.spawn``); a frame of torch's compilers or of another
+    library means that code called it, even when the user's code is further up the stack. Cheap: a few frames and
+    a dict lookup per frame."""
     f = sys._getframe(depth)
     while f is not None:
         o = _owner(f.f_code.co_filename)
