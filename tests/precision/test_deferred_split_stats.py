@@ -50,29 +50,41 @@ def _fused(seed: int = 0, dtype=torch.float32) -> nn.Linear:
     return nn.Linear(IN, 3 * E).to(dtype)
 
 
+class _Holds(nn.Module):
+    """A module whose child ``qkv`` is ``lin`` and whose forward is ``fn(lin, x)``."""
+
+    def __init__(self, lin, fn):
+        super().__init__()
+        self.qkv = lin
+        self._fn = fn
+
+    def forward(self, x):
+        return self._fn(self.qkv, x)
+
+
+def _dump(tmp_path, lin, fn, x, level: str = "api") -> dict:
+    """Dump ``fn(lin, x)`` (statistics, forward only); its nodes by name."""
+    m = _Holds(lin, fn)
+    with dump(m, tmp_path / "d", level=level, backward=False):
+        m(x)
+    return load_dump(tmp_path / "d").by_name()
+
+
 def test_a_split_projection_is_read_once_and_every_number_is_its_own(tmp_path, full_passes):
     if stats._kernel(torch.float32) is None:
         pytest.skip("no C compiler: the statistics kernel is not built")
     lin = _fused()
 
-    class Attn(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.qkv = lin
-
-        def forward(self, x):
-            q, k, v = self.qkv(x).split(E, dim=-1)
-            return q * k + v
+    def attn(qkv, x):
+        q, k, v = qkv(x).split(E, dim=-1)
+        return q * k + v
 
     x = torch.randn(B, N, IN)
     with torch.no_grad():
         y = lin(x)
-    m = Attn()
-    with dump(m, tmp_path / "d", level="mix", backward=False):
-        m(x)
+    by = _dump(tmp_path, lin, attn, x, level="mix")
     assert (B, N, 3 * E) not in full_passes  # the projection was not read on its own
     assert full_passes.count((B, N, E)) == 5  # its three parts were, and q * k and its sum with v
-    by = load_dump(tmp_path / "d").by_name()
     _check(by["Functional.linear.0.forward"].outputs[0], y, "linear output")
     _check(by["Module.qkv.Linear.forward.0"].outputs[0], y, "module output")
     for i, part in enumerate(y.split(E, dim=-1)):
@@ -85,24 +97,16 @@ def test_unbind_of_a_permuted_projection_the_vit_way(tmp_path, full_passes):
         pytest.skip("no C compiler: the statistics kernel is not built")
     lin = _fused(1)
 
-    class Attn(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.qkv = lin
-
-        def forward(self, x):
-            qkv = self.qkv(x).reshape(B, N, 3, H, D).permute(2, 0, 3, 1, 4)
-            q, k, v = qkv.unbind(0)
-            return (q @ k.transpose(-2, -1)) @ v
+    def attn(proj, x):
+        qkv = proj(x).reshape(B, N, 3, H, D).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv.unbind(0)
+        return (q @ k.transpose(-2, -1)) @ v
 
     x = torch.randn(B, N, IN)
     with torch.no_grad():
         y = lin(x)
-    m = Attn()
-    with dump(m, tmp_path / "d", level="api", backward=False):
-        m(x)
+    by = _dump(tmp_path, lin, attn, x)
     assert (B, N, 3 * E) not in full_passes
-    by = load_dump(tmp_path / "d").by_name()
     _check(by["Functional.linear.0.forward"].outputs[0], y, "linear output")
     r = y.reshape(B, N, 3, H, D)
     _check(by["Tensor.reshape.0.forward"].outputs[0], r, "reshape")
@@ -115,24 +119,16 @@ def test_unbind_of_a_permuted_projection_the_vit_way(tmp_path, full_passes):
 def test_an_in_place_write_before_the_split_takes_the_statistics_first(tmp_path):
     lin = _fused(2)
 
-    class M(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.lin = lin
-
-        def forward(self, x):
-            y = self.lin(x)
-            y.mul_(2)
-            a, b, c = y.chunk(3, dim=-1)
-            return a + b + c
+    def fn(proj, x):
+        y = proj(x)
+        y.mul_(2)
+        a, b, c = y.chunk(3, dim=-1)
+        return a + b + c
 
     x = torch.randn(B, N, IN)
     with torch.no_grad():
         y = lin(x)
-    m = M()
-    with dump(m, tmp_path / "d", level="api", backward=False):
-        m(x)
-    by = load_dump(tmp_path / "d").by_name()
+    by = _dump(tmp_path, lin, fn, x)
     _check(by["Functional.linear.0.forward"].outputs[0], y, "before mul_")
     _check(by["Tensor.mul_.0.forward"].outputs[0], 2 * y, "after mul_")
     for i, part in enumerate((2 * y).chunk(3, dim=-1)):
@@ -144,24 +140,16 @@ def test_a_write_the_dumper_cannot_see_leaves_no_statistics_rather_than_wrong_on
     it, and the projection's row is left empty instead of holding the written values."""
     lin = _fused(3)
 
-    class M(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.lin = lin
-
-        def forward(self, x):
-            y = self.lin(x)
-            with torch._C.DisableTorchFunction():
-                y.add_(1)
-            return y.split(E, dim=-1)
+    def fn(proj, x):
+        y = proj(x)
+        with torch._C.DisableTorchFunction():
+            y.add_(1)
+        return y.split(E, dim=-1)
 
     x = torch.randn(B, N, IN)
     with torch.no_grad():
         y = lin(x) + 1
-    m = M()
-    with dump(m, tmp_path / "d", level="api", backward=False):
-        m(x)
-    by = load_dump(tmp_path / "d").by_name()
+    by = _dump(tmp_path, lin, fn, x)
     got = by["Functional.linear.0.forward"].outputs[0]
     assert got.max is None and got.norm is None
     for i, part in enumerate(y.split(E, dim=-1)):
@@ -174,21 +162,10 @@ def test_nan_in_one_part_and_bfloat16(tmp_path):
         lin.bias[3] = math.nan  # column 3: part 0 only
         lin.bias[E + 1] = math.inf  # part 1: an inf in every row
 
-    class M(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.lin = lin
-
-        def forward(self, x):
-            return [t.float().sum() for t in self.lin(x).split(E, dim=-1)]
-
     x = torch.randn(B, N, IN, dtype=torch.bfloat16)
     with torch.no_grad():
         y = lin(x)
-    m = M()
-    with dump(m, tmp_path / "d", level="api", backward=False):
-        m(x)
-    by = load_dump(tmp_path / "d").by_name()
+    by = _dump(tmp_path, lin, lambda proj, x: [t.float().sum() for t in proj(x).split(E, dim=-1)], x)
     got = by["Functional.linear.0.forward"].outputs[0]
     assert got.dtype == "torch.bfloat16"
     assert (got.nan_count, got.inf_count) == (B * N, B * N) and math.isnan(got.max)
