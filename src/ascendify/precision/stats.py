@@ -18,7 +18,8 @@ float32 without a converted copy; a non-contiguous tensor first permuted into it
 of these values and lets the reductions read memory in sequence) plus the fingerprint's ``take`` and ``mv``.
 ``add_view`` reuses the first six numbers for a tensor that holds exactly the elements of an already summarised one
 (a transpose, a ``view``, a copy: the dumper decides, by data pointer and memory footprint), so it costs only the
-fingerprint. NaN/Inf counts on the torch path: on the
+fingerprint. ``add(t, defer=True)`` lets a large output wait for the next call: ``add_parts`` then takes its
+statistics from the parts a ``split`` cut it into (a fused q/k/v projection read once); anything else settles it. NaN/Inf counts on the torch path: on the
 CPU they are counted only when the norm is not finite (reading one number there costs nothing); on other devices
 two more reductions run on the device, so the host is never waited for per tensor.
 """
@@ -231,12 +232,13 @@ class StatTable:
         if self.pending is not None:
             self.settle()
         i = self._next()
-        if defer and t.numel() >= _DEFER_MIN and t.is_contiguous() and _kernel(t.dtype) is not None:
+        if defer:
             try:
-                if _host_memory(t) and t.data_ptr() and t.layout == torch.strided:
+                if (t.numel() >= _DEFER_MIN and _kernel(t.dtype) is not None and t.layout == torch.strided
+                        and t.is_contiguous() and _host_memory(t) and t.data_ptr()):
                     self.pending = (t, i, t._version)
                     return i
-            except Exception:
+            except Exception:  # an exotic subclass: summarised now, as any other tensor
                 pass
         self._fill(t, i)
         return i
