@@ -218,24 +218,23 @@ class Recorder:
         if by is not None:
             self._indirect(by, "redirected", api, detail)
             return
-        e = self.redirected.get(api)
+        if self._count(self.redirected, api, detail, 3) and self.on_first is not None:
+            self.on_first()
+
+    def _count(self, table: dict, key: Any, detail: str, depth: int) -> bool:
+        """One more call under ``key`` in ``table``; the first keeps its site (``depth`` frames above the caller,
+        as :func:`call_site` counts them there) and ``detail``, and returns True."""
+        e = table.get(key)
         if e is not None:
             e[0] += 1
-            return
-        self.redirected[api] = [1, call_site(3), detail]
-        if self.on_first is not None:
-            self.on_first()
+            return False
+        table[key] = [1, call_site(depth + 1), detail]
+        return True
 
     def _indirect(self, by: str, kind: str, api: str, detail: str) -> None:
         """A call that torch (or another library) made, not the user's code: counted apart, with the user's line
         that led to it (``with autocast(...):``, the call of a compiled model) as its site."""
-        key = (by, kind, api)
-        e = self.indirect.get(key)
-        if e is not None:
-            e[0] += 1
-            return
-        self.indirect[key] = [1, call_site(4), detail]
-        if self.on_first is not None:
+        if self._count(self.indirect, (by, kind, api), detail, 4) and self.on_first is not None:
             self.on_first()
 
     def noop(self, api: str, reason: str) -> None:
@@ -243,11 +242,7 @@ class Recorder:
         if by is not None:
             self._indirect(by, "no_effect", api, reason)
             return
-        e = self.no_effect.get(api)
-        if e is not None:
-            e[0] += 1
-            return
-        self.no_effect[api] = [1, call_site(3), reason]
+        self._count(self.no_effect, api, reason, 3)
 
     def unsupported_call(self, api: str, reason: str, ignorable: bool = False) -> None:
         """Record an unsupported call; raise :class:`UnsupportedOnTarget` unless it is ignorable and not strict."""

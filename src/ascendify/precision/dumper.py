@@ -491,7 +491,8 @@ class Dumper:
         self._recs: list[_Rec] = []
         self._table = StatTable()  # statistics vectors; a tensor's index is its row
         self._seen: dict[int, tuple[weakref.ref, int, int]] = {}
-        self._storage: dict[tuple, tuple[weakref.ref, int, int]] = {}  # (data_ptr, numel, dtype) -> first seen
+        # memory key (_memory_key: data_ptr, dtype, footprint) -> (the newest tensor over it, version, its row)
+        self._storage: dict[tuple, tuple[weakref.ref, int, int]] = {}
         self._params_seen: dict[int, tuple[int, int]] = {}  # id -> (version, index), inside a top-level call
         self._grad_targets: dict[int, list] = {}  # statistics index -> [(rec, side, key)]: one hook per tensor
         self._counts: dict[str, int] = {}

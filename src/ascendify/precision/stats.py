@@ -255,9 +255,8 @@ class StatTable:
     def add_view(self, base: int, t: torch.Tensor) -> int:
         """Summarise ``t``, which holds exactly the elements of row ``base``'s tensor (a transpose, a ``view``, a
         copy): the statistics are the same, only the fingerprint (which depends on positions) is computed."""
-        p = self.pending
-        if p is not None:
-            if base == p[1] or any(base == j for _, j in self._views):
+        if self.pending is not None:
+            if self._waiting(base):
                 i = self._next()
                 self._views.append((t, i))  # filled with the deferred row
                 return i
@@ -274,6 +273,11 @@ class StatTable:
                 self._dev[i] = torch.cat([self.vector(base)[:6].to(t.device), fingerprint(t.detach())])
         except Exception:
             self._none.add(i)
+
+    def _waiting(self, i: int) -> bool:
+        """Row ``i`` is the deferred tensor's or one of its views' (all hold the same elements)."""
+        p = self.pending
+        return p is not None and (i == p[1] or any(i == j for _, j in self._views))
 
     def settle(self) -> None:
         """Compute the deferred row, and the rows of its views."""
@@ -300,10 +304,9 @@ class StatTable:
         the deferred one (``i`` its row or a view's): each part is read once, and the deferred row's statistics
         are combined from theirs, so only its fingerprint reads it again. None otherwise: the caller adds the parts
         as usual (and the deferred tensor is settled on the next call)."""
-        p = self.pending
-        if p is None or not (i == p[1] or any(i == j for _, j in self._views)):
+        if not self._waiting(i):
             return None
-        t, row, ver = p
+        t, row, ver = self.pending
         if t._version != ver or sum(x.numel() for x in parts) != t.numel() or any(x.dtype != t.dtype for x in parts):
             return None
         self.pending = None
