@@ -39,7 +39,8 @@ from ascendify.emulator.distributed import hccl_rules
 BACKEND = "hccl"
 DEVICE = "npu"
 
-__all__ = ["BACKEND", "EmulatedHcclProcessGroup", "install", "is_hccl_available", "is_installed"]
+__all__ = ["BACKEND", "EmulatedHcclProcessGroup", "group_by_comm_name", "install", "is_hccl_available",
+           "is_installed"]
 
 
 def is_hccl_available() -> bool:
@@ -233,6 +234,14 @@ class EmulatedHcclProcessGroup(dist.ProcessGroup):
     def __repr__(self) -> str:
         return f"EmulatedHcclProcessGroup(rank={self._rank}, size={self._size})"
 
+    def get_hccl_comm_name(self, rank: int = 0) -> str:
+        """torch_npu's name of the group's HCCL communicator (``group._get_backend(npu).get_hccl_comm_name(r)``),
+        which communication-fused operators (``npu_all_gather_base_mm``...) take as ``hcom``;
+        :func:`group_by_comm_name` finds the group again."""
+        name = f"ascendify_hccl_{id(self):x}"
+        _COMM_NAMES[name] = self
+        return name
+
     # -- collectives -----------------------------------------------------------------------------------------
     def allreduce(self, tensors, opts=None):
         opts = opts if opts is not None else dist.AllreduceOptions()
@@ -346,6 +355,23 @@ class EmulatedHcclProcessGroup(dist.ProcessGroup):
 
     def shutdown(self) -> None:
         self._gloo = None
+
+
+_COMM_NAMES: dict = {}  # get_hccl_comm_name() -> the backend it names
+
+
+def group_by_comm_name(name: str):
+    """The process group whose ``npu`` backend gave the communicator name ``name``, or None."""
+    backend = _COMM_NAMES.get(name)
+    if backend is None:
+        return None
+    for pg in list(dist.distributed_c10d._world.pg_map):
+        try:
+            if pg._get_backend(torch.device(DEVICE)) is backend:
+                return pg
+        except RuntimeError:
+            continue
+    return None
 
 
 def _make_gloo(store, rank: int, size: int, timeout: datetime.timedelta):
