@@ -180,6 +180,7 @@ class EmulatedHcclProcessGroup(dist.ProcessGroup):
         super().__init__(rank, size)
         self._rank, self._size = rank, size
         self._gloo = _make_gloo(store, rank, size, timeout)
+        self._gloo._ascendify_group = self
         self._cpu_ok: bool | None = None
         # c10d keeps a group's name on its backends ("ProcessGroup name not set" without one): DeviceMesh,
         # DTensor and functional collectives find groups by name. The gloo underneath holds it; the
@@ -361,17 +362,8 @@ _COMM_NAMES: dict = {}  # get_hccl_comm_name() -> the backend it names
 
 
 def group_by_comm_name(name: str):
-    """The process group whose ``npu`` backend gave the communicator name ``name``, or None."""
-    backend = _COMM_NAMES.get(name)
-    if backend is None:
-        return None
-    for pg in list(dist.distributed_c10d._world.pg_map):
-        try:
-            if pg._get_backend(torch.device(DEVICE)) is backend:
-                return pg
-        except RuntimeError:
-            continue
-    return None
+    """The emulated hccl process group whose communicator ``get_hccl_comm_name`` named ``name``, or None."""
+    return _COMM_NAMES.get(name)
 
 
 def _make_gloo(store, rank: int, size: int, timeout: datetime.timedelta):
@@ -386,7 +378,15 @@ def _make_gloo(store, rank: int, size: int, timeout: datetime.timedelta):
         except RuntimeError:
             device = dist.ProcessGroupGloo.create_device(hostname="127.0.0.1")
     opts._devices = [device]
-    return dist.ProcessGroupGloo(store, rank, size, opts)
+    return _Gloo(store, rank, size, opts)
+
+
+class _Gloo(dist.ProcessGroupGloo):
+    """The gloo under an emulated hccl group, which ``group._get_backend(torch.device("npu"))`` returns: it
+    answers torch_npu's ``get_hccl_comm_name(rank)`` for its group (MindSpeed asks it for ``hcom``)."""
+
+    def get_hccl_comm_name(self, rank: int = 0) -> str:
+        return self._ascendify_group.get_hccl_comm_name(rank)
 
 
 def _create(backend_opts, pg_options=None):

@@ -102,13 +102,13 @@ def npu_all_gather_base_mm(self, x2, hcom, world_size, *, bias=None, x1_scale=No
     quant = _quant(op, self, x2_scale, comm_mode)
     pg, size = _group(op, hcom, world_size)
     gathered = self.new_empty(self.shape[0] * size, self.shape[1])
-    dist.all_gather_into_tensor(gathered, self.contiguous(), group=pg)
+    dist.all_gather_single(gathered, self.contiguous(), group=pg)
     if quant:
         y = torch.matmul(gathered.to(torch.int32), x2.to(torch.int32)).float()
         y = y * dequant(x2_scale).reshape(1, -1)
         if x1_scale is not None:
             scales = x1_scale.new_empty(x1_scale.shape[0] * size, *x1_scale.shape[1:])
-            dist.all_gather_into_tensor(scales, x1_scale.contiguous(), group=pg)
+            dist.all_gather_single(scales, x1_scale.contiguous(), group=pg)
             y = y * scales.float().reshape(-1, 1)
         out = y.to(_quant_out(x2_scale, output_dtype))
     else:
@@ -139,7 +139,7 @@ def npu_mm_reduce_scatter_base(self, x2, hcom, world_size, *, reduce_op="sum", b
         y = torch.matmul(self.float(), x2.float())
         dtype = self.dtype
     out = y.new_empty(y.shape[0] // size, y.shape[1])
-    dist.reduce_scatter_tensor(out, y.contiguous(), group=pg)
+    dist.reduce_scatter_single(out, y.contiguous(), group=pg)
     return out.to(dtype)
 
 

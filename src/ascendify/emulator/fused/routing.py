@@ -275,10 +275,10 @@ def npu_moe_gating_top_k(x, k, *, bias=None, input_ids=None, tid2eid=None, k_gro
     if group_count > 1:
         g = score.reshape(score.shape[0], group_count, -1)
         gs = g.amax(-1) if group_select_mode == 0 else g.topk(2, -1).values.sum(-1)
-        top_groups = torch.argsort(-gs, -1, stable=True)[:, :k_group]
+        top_groups = torch.argsort(-gs, dim=-1, stable=True)[:, :k_group]
         keep = torch.zeros_like(gs, dtype=torch.bool).scatter(1, top_groups, True)
         score = torch.where(keep[..., None], g, torch.full_like(g, float("-inf"))).reshape(score.shape)
-    idx = torch.argsort(-score, -1, stable=True)[:, :k]
+    idx = torch.argsort(-score, dim=-1, stable=True)[:, :k]
     y = torch.gather(norm, 1, idx)
     if norm_type == 1:
         y = y / (y.sum(-1, keepdim=True) + eps)

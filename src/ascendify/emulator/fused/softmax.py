@@ -81,7 +81,7 @@ def npu_top_k_top_p(logits, p=None, k=None):
     same_device(op, logits, p=p, k=k)
     check(logits.dim() == 2, op, f"logits must be 2 dimensional, but got {logits.dim()}")
     b, v = logits.shape
-    sorted_v, idx = torch.sort(logits.float(), -1, stable=True)
+    sorted_v, idx = torch.sort(logits.float(), dim=-1, stable=True)
     if k is not None:
         check(k.dtype == torch.int32 and k.shape == (b,), op, "k must be 1-D int32 with one value per row")
         kk = k.long()

@@ -105,7 +105,7 @@ def npu_lightning_indexer(query, key, weights, *, actual_seq_lengths_query=None,
         ok = _allowed(q.shape[0], lq, lk, s_k, sparse_mode, q.device)
         score = score.masked_fill(~ok, float("-inf"))
         n = min(sparse_count, s_k)
-        order = torch.sort(-score, -1, stable=True)  # descending, ties by index
+        order = torch.sort(-score, dim=-1, stable=True)  # descending, ties by index
         top_v, top_i = -order.values[:, :n], order.indices[:, :n]
         top_i = torch.where(torch.isinf(top_v), torch.full_like(top_i, -1), top_i)
         pad = sparse_count - n
