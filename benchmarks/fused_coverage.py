@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'repository':<26} {'commit':<12} {'sites':>6} {'run':>6} {'share':>6} {'regex':>6}")
     for r in rows:
         print(f"{r['repository']:<26} {r['commit']:<12} {r['call_sites']:>6} {r['emulated']:>6} "
-              f"{r['share']:>6.0%} {r['grep_share']:>6.0%}")
+              f"{r['share']:>6.1%} {r['grep_share']:>6.1%}")
     for r in rows:
         miss = sorted(r["missing"].items(), key=lambda kv: (-kv[1], kv[0]))
         print(f"\n{r['repository']}: {len(miss)} operators missing, {sum(r['missing'].values())} call sites")

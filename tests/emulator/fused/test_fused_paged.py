@@ -120,3 +120,39 @@ def test_rotary_embedding_neox_and_gptj_in_place():
             new = new.flatten(-2)
         want = torch.cat((new, x[..., rot:]), -1).reshape(t, -1).half()
         torch.testing.assert_close(qn.cpu(), want, rtol=1e-3, atol=1e-3)
+
+
+def test_kv_rmsnorm_rope_cache_norm_and_paged_modes():
+    b, s = 2, 3
+    kv = rand(b, 1, s, 576, seed=20)
+    gamma = rand(512, seed=21)
+    cos, sin = rand(b, 1, s, 64, seed=22), rand(b, 1, s, 64, seed=23)
+    x = kv.float()
+    y = x[..., :512] / torch.sqrt(x[..., :512].pow(2).mean(-1, keepdim=True) + 1e-5) * gamma.float()
+    r = x[..., 512:]
+    k = torch.cat((r[..., 0::2], r[..., 1::2]), -1)  # view(.., 32, 2).transpose: evens then odds
+    k_embed = k * cos.float() + torch.cat((-k[..., 32:], k[..., :32]), -1) * sin.float()
+    kc, ckc = torch.zeros(b, 1, 8, 64).half().npu(), torch.zeros(b, 1, 8, 512).half().npu()
+    index = torch.tensor([[0, 1, 2], [5, 6, 7]])
+    outs = torch_npu.npu_kv_rmsnorm_rope_cache(kv.npu(), gamma.npu(), cos.npu(), sin.npu(), index.npu(), kc, ckc,
+                                               is_output_kv=True)
+    assert outs[0] is kc and outs[1] is ckc
+    torch.testing.assert_close(kc[1, 0, 6].cpu().float(), k_embed[1, 0, 1], rtol=2e-3, atol=2e-2)
+    torch.testing.assert_close(ckc[0, 0, 2].cpu().float(), y[0, 0, 2], rtol=2e-3, atol=2e-2)
+    torch.testing.assert_close(outs[3].cpu().float(), y, rtol=2e-3, atol=2e-2)
+    pk, pc = torch.zeros(4, 2, 1, 64).half().npu(), torch.zeros(4, 2, 1, 512).half().npu()
+    slots = torch.tensor([3, -1, 0, 7, 6, 1])
+    torch_npu.npu_kv_rmsnorm_rope_cache(kv.npu(), gamma.npu(), cos.npu(), sin.npu(), slots.npu(), pk, pc,
+                                        cache_mode="PA")
+    torch.testing.assert_close(pk.view(8, 64)[7].cpu().float(), k_embed[1, 0, 0], rtol=2e-3, atol=2e-2)
+    assert not pk.view(8, 64)[[2, 4, 5]].any()  # the -1 slot wrote nothing
+
+
+def test_flash_attention_unpad_v2_equals_v1():
+    n, d = 2, 8
+    q, k, v = rand(5, n, d, seed=24), rand(5, n, d, seed=25), rand(5, n, d, seed=26)
+    seq = torch.tensor([2, 3], dtype=torch.int32)
+    a, b_ = torch.empty(5, n, d).half().npu(), torch.empty(5, n, d).half().npu()
+    torch_npu._npu_flash_attention_unpad(q.npu(), k.npu(), v.npu(), seq, 0.3, n, n, a)
+    torch_npu._npu_flash_attention_unpad_v2(q.npu(), k.npu(), v.npu(), seq, 0.3, n, n, kernel_type=2, out=b_)
+    assert torch.equal(a.cpu(), b_.cpu())

@@ -145,3 +145,26 @@ def test_grouped_matmul_int8_per_channel_per_token_and_split_k():
         torch_npu.npu_grouped_matmul([x.npu()], [w.npu()], antiquant_scale=[sc.npu()], group_list=[2, 6])
     with pytest.raises(NpuOpError, match="need scale"):
         torch_npu.npu_grouped_matmul([x.npu()], [w.npu()], group_list=[2, 6], group_type=0)
+
+
+def test_grouped_matmul_swiglu_quant_v2_a8w8_and_matmul_add_fp32():
+    x, w = ints(5, 32, seed=30), ints(2, 32, 8, seed=31)
+    ws, xs = rand(2, 8, seed=32).abs() / 100, rand(5, seed=33).abs()
+    q, qs = torch_npu.npu_grouped_matmul_swiglu_quant_v2(x.npu(), [w.npu()], [ws.npu()], xs.npu(),
+                                                         torch.tensor([2, 5]).npu())
+    assert q.shape == (5, 4) and q.dtype == torch.int8 and qs.shape == (5,)
+    for r in range(5):
+        g = 0 if r < 2 else 1
+        c = (x[r].long() @ w[g].long()).float() * xs[r] * ws[g]
+        act, gate = c[:4], c[4:]
+        sw = act / (1 + torch.exp(-act)) * gate  # Swish(x) = x / (1 + e^-x)
+        scale = sw.abs().max() / 127
+        torch.testing.assert_close(qs[r].cpu(), scale, rtol=1e-5, atol=0)
+        assert (q[r].cpu().float() - torch.round(sw / scale)).abs().max() <= 1
+    c = torch.zeros(6, 4).npu()
+    a, b = rand(3, 6, seed=34, dtype=torch.float16), rand(3, 4, seed=35, dtype=torch.float16)
+    torch_npu._npu_matmul_add_fp32(a.npu(), b.npu(), c)
+    torch_npu._npu_matmul_add_fp32(a.npu(), b.npu(), c)  # accumulates
+    torch.testing.assert_close(c.cpu(), 2 * (a.float().t() @ b.float()))
+    with pytest.raises(NpuOpError, match="C must be float32"):
+        torch_npu._npu_matmul_add_fp32(a.npu(), b.npu(), torch.zeros(6, 4).half().npu())

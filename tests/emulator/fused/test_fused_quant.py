@@ -223,3 +223,28 @@ def test_mx_quant_refusals(ascend950, fresh_report):
     fresh_report.settings.device_name = "Ascend910B3"  # MX is Ascend 950 only
     with pytest.raises(NpuOpError, match="not supported on Ascend910B3"):
         torch_npu.npu_dynamic_mx_quant(x)
+
+
+def test_rms_norm_mx_quant_variants_and_kronecker_quant(ascend950):
+    x, gamma = rand(3, 64, seed=13, dtype=torch.bfloat16), rand(64, seed=14, dtype=torch.bfloat16)
+    y, s, rstd = torch_npu.npu_rms_norm_dynamic_mx_quant(x.npu(), gamma.npu(), dst_type=torch.float8_e4m3fn)
+    normed = x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6) * gamma.float()
+    torch.testing.assert_close(rstd.cpu(), torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6))
+    for r in range(3):
+        e, scaled = mx_block_ref([float(v) for v in normed[r, :32]], 8)
+        assert int(s[r, 0, 0]) - 127 == e
+        want = torch.tensor(scaled).clamp(-448, 448).to(torch.float8_e4m3fn)
+        assert torch.equal(y[r, :32].cpu().view(torch.uint8), want.view(torch.uint8))
+    x2 = rand(3, 64, seed=15, dtype=torch.bfloat16)
+    ya, xs, sa, _ = torch_npu.npu_add_rms_norm_dynamic_mx_quant(x.npu(), x2.npu(), gamma.npu(),
+                                                                 dst_type=torch.float8_e4m3fn)
+    assert torch.equal(xs.cpu(), (x.float() + x2.float()).bfloat16()) and sa.shape == (3, 1, 2)
+    # FlatQuant: x'' = P1 @ x @ P2 per slice, int4 by max / 7, eight per word
+    xk = rand(2, 4, 8, seed=16, dtype=torch.float16)
+    p1, p2 = rand(4, 4, seed=17, dtype=torch.float16), rand(8, 8, seed=18, dtype=torch.float16)
+    out, sc = torch_npu.npu_kronecker_quant(xk.npu(), p1.npu(), p2.npu())
+    ref = torch.stack([p1.float() @ xk[i].float() @ p2.float() for i in range(2)])
+    torch.testing.assert_close(sc.cpu(), ref.abs().amax((1, 2)) / 7, rtol=1e-5, atol=1e-6)
+    q = torch.round(ref / sc.cpu()[:, None, None]).clamp(-8, 7).long()
+    word = sum((int(q[1, 2, n]) & 15) << (4 * n) for n in range(8))
+    assert int(out[1, 2, 0]) & 0xFFFFFFFF == word and out.shape == (2, 4, 1)

@@ -56,3 +56,32 @@ def test_sparse_flash_attention_attends_to_the_selected_tokens_only():
     torch.testing.assert_close(out3[0, 0].cpu().float(), want, rtol=2e-3, atol=2e-3)
     with pytest.raises(NpuOpError, match="sparse_block_size must be a power of 2"):
         torch_npu.npu_sparse_flash_attention(q.npu(), k.npu(), k.npu(), sel.npu(), 0.05, sparse_block_size=3)
+
+
+def test_indexer_kl_loss_and_its_gradients():
+    b, s, n1, g, d, di = 1, 3, 2, 2, 16, 8
+    q, k = rand(b, s, n1, d, seed=10), rand(b, s + 2, 1, d, seed=11)
+    qi, ki, w = rand(b, s, g, di, seed=12), rand(b, s + 2, 1, di, seed=13), rand(b, s, g, seed=14)
+    sel = torch.tensor([[[[0, 2, 4]], [[1, 3, -1]], [[4, 0, 2]]]], dtype=torch.int32)
+    scale = 0.25
+    # the main attention's row statistics over the selected keys (as sparse_flash_attention returns them)
+    mx, sm = torch.zeros(b, 1, s, n1), torch.zeros(b, 1, s, n1)
+    for t in range(s):
+        keep = [j for j in sel[0, t, 0].tolist() if j >= 0]
+        sc = q[0, t].float() @ k[0, keep, 0].float().t() * scale
+        mx[0, 0, t] = sc.max(-1).values
+        sm[0, 0, t] = torch.exp(sc - mx[0, 0, t][:, None]).sum(-1)
+    dqi, dki, dw, loss = torch_npu.npu_sparse_lightning_indexer_grad_kl_loss(
+        q.npu(), k.npu(), qi.npu(), ki.npu(), w.npu(), sel.npu(), mx.npu(), sm.npu(), scale)
+    rqi, rki, rw = (t.float().requires_grad_() for t in (qi, ki, w))
+    total = 0.0
+    for t in range(s):
+        keep = [j for j in sel[0, t, 0].tolist() if j >= 0]
+        p = torch.softmax(q[0, t].float() @ k[0, keep, 0].float().t() * scale, -1).sum(0)
+        p = p / p.sum()
+        index = (torch.relu(rqi[0, t] @ rki[0, keep, 0].t()) * rw[0, t][:, None]).sum(0)
+        total = total + (p * (p.log() - torch.log_softmax(index, -1))).sum()
+    want = torch.autograd.grad(total, (rqi, rki, rw))
+    torch.testing.assert_close(loss.cpu(), total.detach().reshape(1), rtol=1e-5, atol=1e-6)
+    for got, ref in zip((dqi, dki, dw), want, strict=True):
+        torch.testing.assert_close(got.cpu().float(), ref, rtol=2e-2, atol=2e-3)

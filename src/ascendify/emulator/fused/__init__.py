@@ -88,6 +88,15 @@ OPS = {
     "npu_swiglu_backward": "activations:npu_swiglu_backward",
     "npu_clipped_swiglu": "activations:npu_clipped_swiglu",
     "npu_rms_norm_backward": "norms:npu_rms_norm_backward",
+    "npu_sparse_lightning_indexer_grad_kl_loss": "sparse:npu_sparse_lightning_indexer_grad_kl_loss",
+    # fused pieces of DeepSeek / Qwen serving in vllm-ascend
+    "npu_kv_rmsnorm_rope_cache": "paged:npu_kv_rmsnorm_rope_cache",
+    "_npu_flash_attention_unpad_v2": "paged:_npu_flash_attention_unpad_v2",
+    "npu_grouped_matmul_swiglu_quant_v2": "moe:npu_grouped_matmul_swiglu_quant_v2",
+    "npu_rms_norm_dynamic_mx_quant": "norms:npu_rms_norm_dynamic_mx_quant",
+    "npu_add_rms_norm_dynamic_mx_quant": "norms:npu_add_rms_norm_dynamic_mx_quant",
+    "_npu_matmul_add_fp32": "qmatmul:_npu_matmul_add_fp32",
+    "npu_kronecker_quant": "quant:npu_kronecker_quant",
 }
 
 #: operators with torch_npu's ``.out`` overload as an attribute (``torch_npu.<op>.out(..., workspace=, out=[...])``)

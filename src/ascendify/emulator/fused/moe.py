@@ -218,3 +218,45 @@ def _split_k(op, x, weight, group_list, group_list_type, scale, per_token_scale,
         outs.append(af[:, at:at + n] @ bf[at:at + n])
         at += n
     return [torch.stack(outs, 0).to(dtype)]
+
+
+def npu_grouped_matmul_swiglu_quant_v2(x, weight, weight_scale, x_scale, group_list, *, smooth_scale=None,
+                                       weight_assist_matrix=None, bias=None, dequant_mode=0, dequant_dtype=0,
+                                       quant_mode=0, quant_dtype=1, group_list_type=0, tuning_config=None,
+                                       x_dtype=None, weight_dtype=None, weight_scale_dtype=None, x_scale_dtype=None):
+    """A8W8 (the page's first scenario): per group, ``C = (X_g @ W_g) * x_scale * w_scale[g]`` (int8 products
+    accumulated exactly), ``S = swish(C_act) * gate`` (``C_act, gate`` the halves of N), then per row
+    ``Q_scale = max|S| / 127``, ``Q = round(S / Q_scale)``. Returns ``(Q int8 [M, N/2], Q_scale float32 [M])``;
+    rows past the groups are zeros. A8W4, A4W4 and the 950 modes are not emulated."""
+    op = "npu_grouped_matmul_swiglu_quant_v2"
+    check(x.dtype == torch.int8, op, f"only the A8W8 scenario is emulated: x must be int8, but got {x.dtype}")
+    check(isinstance(weight, list | tuple) and len(weight) == 1 and isinstance(weight_scale, list | tuple)
+          and len(weight_scale) == 1, op, "weight and weight_scale are lists of one tensor")
+    w, ws = weight[0], weight_scale[0]
+    same_device(op, x, weight=w, weight_scale=ws, x_scale=x_scale, group_list=group_list)
+    check(w.dtype == torch.int8 and w.dim() == 3, op, "weight must be int8 [E, K, N] (A8W8)")
+    check(x.dim() == 2 and x.shape[1] == w.shape[1], op, "x [M, K] and weight [E, K, N] must agree on K")
+    check(ws.shape == (w.shape[0], w.shape[2]), op, f"weight_scale must be [E, N] ({w.shape[0]}, {w.shape[2]})")
+    check(x_scale.dim() == 1 and x_scale.shape[0] == x.shape[0], op, "x_scale must be [M]")
+    check(group_list.dtype == torch.int64, op, f"the dtype of group_list must be int64, got {group_list.dtype}")
+    check(bias is None and smooth_scale is None and weight_assist_matrix is None, op,
+          "bias, smooth_scale and weight_assist_matrix belong to other scenarios (not A8W8)")
+    check(dequant_mode == 0 and quant_mode == 0, op, "A8W8 takes dequant_mode 0 and quant_mode 0 (per token)")
+    check(w.shape[2] % 2 == 0, op, f"N ({w.shape[2]}) must be even")
+    sizes = _group_sizes(op, group_list, group_list_type, x.shape[0], w.shape[0])
+    m, n = x.shape[0], w.shape[2]
+    q = torch.zeros(m, n // 2, dtype=torch.int8, device=x.device)
+    qs = torch.zeros(m, dtype=torch.float32, device=x.device)
+    at = 0
+    for g, size in enumerate(sizes):
+        if size:
+            acc = torch.matmul(x[at:at + size].to(torch.int32), w[g].to(torch.int32)).float()
+            c = acc * x_scale[at:at + size].float()[:, None] * ws[g].float()
+            act, gate = c.chunk(2, -1)
+            s = act * torch.sigmoid(act) * gate
+            sc = s.abs().amax(-1) / 127
+            q[at:at + size] = torch.where(sc[:, None] > 0, torch.round(s / sc[:, None].clamp_min(1e-45)),
+                                          torch.zeros_like(s)).clamp(-128, 127).to(torch.int8)
+            qs[at:at + size] = sc
+        at += size
+    return q, qs

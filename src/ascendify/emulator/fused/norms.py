@@ -161,3 +161,39 @@ def npu_add_rms_norm_dynamic_quant(x1, x2, gamma, *, smooth_scale1=None, smooth_
     y1, s1 = q(smooth_scale1) if out1 else (empty_y, empty_s)
     y2, s2 = q(smooth_scale2) if out2 else (empty_y, empty_s)
     return y1, y2, x, s1, s2
+
+
+def _rms_mx(op, xf, gamma, beta, epsilon, scale_alg, round_mode, dst_type):
+    """(y MX-quantised along the last axis, mxscale, rstd float32) of ``rmsnorm(xf) * gamma + beta`` (xf float32)."""
+    from ascendify.emulator.fused import _dtypes
+    from ascendify.emulator.fused.mx import encode, paired, quantize_along, target
+
+    fmt = target(op, dst_type)
+    y, rstd = _rms(op, xf, gamma, float(epsilon))
+    if beta is not None:
+        y = y + beta.float()
+    v, e = quantize_along(op, y, xf.dim() - 1, 32, fmt, scale_alg, 0.0, round_mode)
+    return encode(op, v, fmt, round_mode), paired(_dtypes.e8m0_bits(e), xf.dim() - 1), rstd
+
+
+def npu_rms_norm_dynamic_mx_quant(x, gamma, *, beta=None, epsilon=1e-06, scale_alg=0, round_mode="rint",
+                                  dst_type=296):
+    """``(y, mxscale, rstd)``: ``rmsnorm(x) * gamma + beta`` (float32) MX-quantised along the last axis in
+    blocks of 32, as :func:`ascendify.emulator.fused.mx.npu_dynamic_mx_quant` does. Ascend 950."""
+    op = "npu_rms_norm_dynamic_mx_quant"
+    dtype_in(x, (torch.float16, torch.bfloat16), op, "x")
+    same_device(op, x, gamma=gamma, beta=beta)
+    return _rms_mx(op, x.float(), gamma, beta, epsilon, scale_alg, round_mode, dst_type)
+
+
+def npu_add_rms_norm_dynamic_mx_quant(x1, x2, gamma, *, beta=None, epsilon=1e-06, scale_alg=0, round_mode="rint",
+                                      dst_type=296):
+    """``(y, x, mxscale, rstd)``: ``x = x1 + x2`` (x1's dtype), then as :func:`npu_rms_norm_dynamic_mx_quant` on
+    the float32 sum (CANN aclnnAddRmsNormDynamicMxQuant). Ascend 950."""
+    op = "npu_add_rms_norm_dynamic_mx_quant"
+    dtype_in(x1, (torch.float16, torch.bfloat16), op, "x1")
+    same_device(op, x1, x2=x2, gamma=gamma, beta=beta)
+    check(x1.shape == x2.shape and x1.dtype == x2.dtype, op, "x1 and x2 must have the same shape and dtype")
+    s = x1.float() + x2.float()
+    y, mxscale, rstd = _rms_mx(op, s, gamma, beta, epsilon, scale_alg, round_mode, dst_type)
+    return y, s.to(x1.dtype), mxscale, rstd

@@ -232,3 +232,72 @@ def _npu_rotary_embedding(positions, query, key, head_size, cos_sin_cache, is_ne
                 x1, x2 = r[..., 0::2], r[..., 1::2]
                 new = torch.stack((x1 * c - x2 * s, x2 * c + x1 * s), -1).flatten(-2)
             x[..., :rot] = new.to(t.dtype)
+
+
+def _npu_flash_attention_unpad_v2(query, key, value, seq_len, scale_value, num_heads, num_kv_heads, *,
+                                  kernel_type=0, out=None):
+    """:func:`_npu_flash_attention_unpad` with ATB's ``kernel_type`` (0 default, 1 high precision, 2 the
+    approximate 310P kernel): the same math here, in float32."""
+    op = "_npu_flash_attention_unpad_v2"
+    check(kernel_type in (None, 0, 1, 2), op, f"kernel_type must be 0, 1 or 2, but got {kernel_type}")
+    check(out is not None, op, "out (the tensor written) is required")
+    _unpadded(op, query, key, value, seq_len, scale_value, num_heads, num_kv_heads, out, None)
+
+
+def npu_kv_rmsnorm_rope_cache(kv, gamma, cos, sin, index, k_cache, ckv_cache, *, k_rope_scale=None,
+                              c_kv_scale=None, k_rope_offset=None, c_kv_offset=None, v=None, epsilon=1e-5,
+                              cache_mode="Norm", is_output_kv=False):
+    """DeepSeek MLA's cache update (op-plugin's test_npu_kv_rms_norm_rope_cache.py): ``kv`` [B, 1, S, 576] splits
+    into 512 values RMS-normalised with ``gamma`` (``c_kv``) and 64 rotated by the interleaved RoPE of
+    :func:`ascendify.emulator.fused.rope.npu_interleave_rope` (``k_rope``); both are written into
+    ``ckv_cache`` / ``k_cache`` in place (quantised to int8 with ``*_scale`` (+ offset) for int8 caches) at
+    ``index``: ``Norm`` caches [B, 1, L, D] with index [B, S] (positions), ``PA``/``PA_BNSD`` caches
+    [blocks, block_size, 1, D] with index [B * S] (slots; negative skipped). Returns
+    ``(k_cache, ckv_cache, k_rope, c_kv)``; the last two only with ``is_output_kv`` (else empty)."""
+    op = "npu_kv_rmsnorm_rope_cache"
+    dtype_in(kv, (torch.float16, torch.bfloat16), op, "kv")
+    same_device(op, kv, gamma=gamma, cos=cos, sin=sin, index=index, k_cache=k_cache, ckv_cache=ckv_cache)
+    check(kv.dim() == 4 and kv.shape[1] == 1, op, f"kv must be 4 dimensional [B, 1, S, H], got {tuple(kv.shape)}")
+    check(gamma.dim() == 1 and cos.dim() == 4 and sin.dim() == 4, op, "gamma must be 1-D, cos and sin 4-D")
+    if v is not None:
+        from ascendify.emulator.errors import NotEmulatedError
+
+        raise NotEmulatedError(f"{op}: the v input (the 192-wide variant) is not emulated")
+    rms = gamma.shape[0]
+    rope = cos.shape[-1]
+    check(kv.shape[-1] == rms + rope, op, f"kv's last dim ({kv.shape[-1]}) must be gamma's ({rms}) plus the "
+                                          f"rope dim ({rope})")
+    check(cache_mode in ("Norm", "PA", "PA_BNSD"), op, f"cache_mode {cache_mode!r} is not emulated "
+                                                       "(Norm, PA, PA_BNSD)")
+    b, _, s, _ = kv.shape
+    x = kv.float()
+    rms_in, rope_in = x[..., :rms], x[..., rms:]
+    y = rms_in * torch.rsqrt(rms_in.pow(2).mean(-1, keepdim=True) + epsilon) * gamma.float()
+    k = rope_in.reshape(b, 1, s, rope // 2, 2).transpose(-1, -2).reshape(b, 1, s, rope)
+    k1, k2 = k.chunk(2, -1)
+    k_embed = k * cos.float() + torch.cat((-k2, k1), -1) * sin.float()
+
+    def to_cache(t, cache, scale, offset):
+        if cache.dtype == torch.int8:
+            check(scale is not None, op, "int8 caches need k_rope_scale and c_kv_scale")
+            t = t * scale.float() + (offset.float() if offset is not None else 0)
+            return torch.round(t).clamp(-128, 127).to(torch.int8)
+        return t.to(cache.dtype)
+
+    kq, yq = to_cache(k_embed, k_cache, k_rope_scale, k_rope_offset), to_cache(y, ckv_cache, c_kv_scale, c_kv_offset)
+    with torch.no_grad():
+        if cache_mode == "Norm":
+            pos = index.long().reshape(b, s)
+            for i in range(b):
+                keep = pos[i] >= 0
+                k_cache[i, 0, pos[i][keep]] = kq[i, 0][keep]
+                ckv_cache[i, 0, pos[i][keep]] = yq[i, 0][keep]
+        else:
+            slots = index.long().reshape(-1)
+            keep = slots >= 0
+            k_cache.view(-1, k_cache.shape[-1])[slots[keep]] = kq.reshape(-1, rope)[keep]
+            ckv_cache.view(-1, ckv_cache.shape[-1])[slots[keep]] = yq.reshape(-1, rms)[keep]
+    if is_output_kv:
+        return k_cache, ckv_cache, k_embed.to(kv.dtype), y.to(kv.dtype)
+    empty = kv.new_empty(0)
+    return k_cache, ckv_cache, empty, empty

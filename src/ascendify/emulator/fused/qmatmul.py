@@ -273,3 +273,19 @@ def npu_transpose_quant_batchmatmul(x1, x2, dtype, *, bias=None, x1_scale=None, 
         if x1_scale is not None:
             y = y * dequant(x1_scale).reshape(1, -1, 1)
     return y.permute(1, 0, 2).to(_OUT[out_name])
+
+
+def _npu_matmul_add_fp32(x, weight, C):
+    """ATB Linear with ``transposeA`` and accumulation (op_plugin/ops/atb/LinearAtb.cpp): ``C += x^T @ weight``
+    in float32, in place (the weight-gradient accumulation of MindSpeed's and vllm-ascend's warm-up)."""
+    op = "_npu_matmul_add_fp32"
+    dtype_in(x, HALF, op, "x")
+    same_device(op, x, weight=weight, C=C)
+    check(weight.dtype == x.dtype, op, f"weight ({weight.dtype}) must have x's dtype ({x.dtype})")
+    check(C.dtype == torch.float32, op, f"the dtype of C must be float32, but got {C.dtype}")
+    check(x.dim() == 2 and weight.dim() == 2 and x.shape[0] == weight.shape[0], op,
+          f"x [K, M] and weight [K, N] must agree on K, got {tuple(x.shape)} and {tuple(weight.shape)}")
+    check(tuple(C.shape) == (x.shape[1], weight.shape[1]), op,
+          f"C must be [M, N] ({x.shape[1]}, {weight.shape[1]}), but got {tuple(C.shape)}")
+    with torch.no_grad():
+        C.add_(x.float().t() @ weight.float())

@@ -203,3 +203,29 @@ def dequant(scale: torch.Tensor) -> torch.Tensor:
 
 def fail_dtype(op: str, arg: str, t: torch.Tensor, allowed: str):
     fail(op, f"the dtype of {arg} must be {allowed}, but got {t.dtype}")
+
+
+def npu_kronecker_quant(x, kronecker_p1, kronecker_p2, clip_ratio=None, dst_dtype=None, dst_type_max=None):
+    """FlatQuant (CANN aclnnFlatQuant): ``x'' = kronecker_p1 @ (x @ kronecker_p2)`` per slice k of x [K, M, N]
+    (float32), ``quant_scale[k] = max|x''[k]| / (7 / clip_ratio)``, ``out = x'' / quant_scale`` rounded (half to
+    even) and saturated to int4, eight per int32 word ([K, M, N / 8]). ``(out, quant_scale float32 [K])``.
+    op-plugin's (skipped) test truncates instead of rounding; the CANN page names no rounding mode."""
+    op = "npu_kronecker_quant"
+    dtype_in(x, HALF, op, "x")
+    same_device(op, x, kronecker_p1=kronecker_p1, kronecker_p2=kronecker_p2)
+    check(x.dim() == 3, op, f"x must be 3 dimensional [K, M, N], but got {x.dim()}")
+    k, m, n = x.shape
+    check(tuple(kronecker_p1.shape) == (m, m) and tuple(kronecker_p2.shape) == (n, n), op,
+          f"kronecker_p1 must be [{m}, {m}] and kronecker_p2 [{n}, {n}]")
+    check(kronecker_p1.dtype == x.dtype and kronecker_p2.dtype == x.dtype, op, "kronecker_p1/p2 must have x's dtype")
+    fmt = "int4" if dst_dtype is None else D.name(dst_dtype)
+    check(fmt in ("int4", "int32"), op, f"dst_dtype other than int4/int32 (float4 per-group) is not emulated, "
+                                        f"got {fmt}")
+    check(n % 8 == 0, op, f"N ({n}) must be a multiple of 8 for int32 output")
+    clip = 1.0 if clip_ratio is None else float(clip_ratio)
+    check(0 < clip <= 1, op, f"clip_ratio must be in (0, 1], but got {clip}")
+    qmax = float(dst_type_max) if dst_type_max else 7.0
+    y = kronecker_p1.float() @ (x.float() @ kronecker_p2.float())
+    scale = y.abs().amax((1, 2)) / (qmax / clip)
+    q = torch.where(scale[:, None, None] > 0, y / scale[:, None, None].clamp_min(1e-45), torch.zeros_like(y))
+    return D.pack_int4(torch.round(q).clamp(-8, 7)), scale

@@ -193,3 +193,55 @@ def npu_sparse_flash_attention(query, key, value, sparse_indices, scale_value, *
         empty = torch.empty(0, dtype=torch.float32, device=query.device)
         return out, empty, empty
     return out, smax, ssum
+
+
+def npu_sparse_lightning_indexer_grad_kl_loss(query, key, query_index, key_index, weights, sparse_indices,
+                                              softmax_max, softmax_sum, scale_value, *, query_rope=None,
+                                              key_rope=None, actual_seq_qlen=None, actual_seq_klen=None,
+                                              layout="BSND", sparse_mode=3, pre_tokens=_MAX64, next_tokens=_MAX64,
+                                              sinks=None):
+    """The lightning indexer's training step (torch_npu's page): over each query token's top-k key tokens
+    (``sparse_indices``), the target ``p`` is the main attention's probability summed over the heads
+    (``exp(scale * q k^T - softmax_max) / softmax_sum``, MLA rope parts included), L1-normalised; the index
+    distribution is ``softmax(I)`` with ``I = sum_g weights_g * relu(q_index_g . k_index)``;
+    ``loss = sum_t KL(p_t || softmax(I_t))``. The gradients of the loss for query_index, key_index and weights
+    (the page's ``dI = softmax(I) - p`` chain) come from autograd. Returns
+    ``(d_query_index, d_key_index, d_weights, loss [1])``. BSND with N2 = 1."""
+    op = "npu_sparse_lightning_indexer_grad_kl_loss"
+    dtype_in(query, HALF, op, "query")
+    for arg, t in (("key", key), ("query_index", query_index), ("key_index", key_index)):
+        check(t.dtype == query.dtype, op, f"{arg} must have query's dtype ({query.dtype}), but got {t.dtype}")
+    same_device(op, query, key=key, query_index=query_index, key_index=key_index, weights=weights,
+                sparse_indices=sparse_indices, softmax_max=softmax_max, softmax_sum=softmax_sum)
+    check(layout == "BSND", op, f"layout {layout!r} is not emulated (BSND)")
+    if sinks is not None:
+        raise NotEmulatedError(f"{op}: sinks are not emulated by ascendify's emulated npu device")
+    check(sparse_mode in (0, 3), op, f"sparse_mode must be 0 or 3, but got {sparse_mode}")
+    check(key.shape[2] == 1 and key_index.shape[2] == 1, op, "the N of key and key_index must be 1")
+    b, s1, n1, _ = query.shape
+    qi = query_index.detach().float().requires_grad_()
+    ki = key_index.detach().float().requires_grad_()
+    w = weights.detach().float().requires_grad_()
+    q, k = query.float(), key.float()
+    if query_rope is not None:
+        q, k = torch.cat((q, query_rope.float()), -1), torch.cat((k, key_rope.float()), -1)
+    with torch.enable_grad():
+        total = qi.new_zeros(())
+        for bi in range(b):
+            idx = sparse_indices[bi, :, 0].long()  # [S1, topk]
+            valid = idx >= 0
+            j = idx.clamp(min=0)
+            # the main attention's probability of each selected key, summed over the heads
+            sc = torch.einsum("snd,skd->snk", q[bi], k[bi, :, 0][j]) * float(scale_value)  # [S1, N1, topk]
+            mx = softmax_max[bi, 0].float()[..., None]  # [S1, G=N1, 1]
+            sm = softmax_sum[bi, 0].float()[..., None]
+            p = (torch.exp(sc - mx) / sm).sum(1) * valid  # [S1, topk]
+            p = p / p.sum(-1, keepdim=True).clamp_min(1e-30)
+            index = torch.einsum("sgd,skd->sgk", qi[bi], ki[bi, :, 0][j]).relu()
+            index = (index * w[bi][..., None]).sum(1)  # [S1, topk]
+            logq = torch.log_softmax(index.masked_fill(~valid, float("-inf")), -1)
+            kl = torch.where(valid & (p > 0), p * (torch.log(p.clamp_min(1e-30)) - logq), torch.zeros_like(p))
+            total = total + kl.sum()
+        dqi, dki, dw = torch.autograd.grad(total, (qi, ki, w))
+    return (dqi.to(query_index.dtype), dki.to(key_index.dtype), dw.to(weights.dtype),
+            total.detach().reshape(1))
