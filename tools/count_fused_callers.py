@@ -136,6 +136,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name}@{row['commit'][:9]}: {row['call_sites']} call sites of {len(row['ops'])} ops "
               f"({row['grep_occurrences']} by the regular expression)")
     payload = {
+        "provenance": {"source": "tools/count_fused_callers.py over work trees of the public repositories named "
+                                 "below, each at the commit recorded with it",
+                       "method": "ast: references in code; grep_*: issue 27's regular expression"},
         "_about": "Call sites of torch_npu's operators in public repositories, counted at one commit each by "
                   "tools/count_fused_callers.py: references in code (not comments or strings) to "
                   "torch_npu.<op>, torch.ops.npu.<op> or a name imported from torch_npu, <op> being npu_*, "

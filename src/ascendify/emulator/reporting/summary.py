@@ -76,7 +76,7 @@ def render(rep: dict, console=None, top: int = 10) -> None:
     console.print(t)
     for line in graph_mode_lines(g):
         console.print(line, markup=False, highlight=False)
-    for key, title in (("fused_ops", "torch_npu fused operators (emulated; their ATen ops count above)"),
+    for key, title in (("fused_ops", "torch_npu fused operators (the ATen ops they ran: above)"),
                        ("cpu_fallback_on_npu", "ops with no NPU kernel (CPU fallback on hardware)"),
                        ("unsupported_apis", "APIs unsupported on every Ascend chip"),
                        ("float64_events", "float64 on npu"), ("fp16_overflow_events", "fp16/bf16 overflow"),
