@@ -168,3 +168,12 @@ def test_grouped_matmul_swiglu_quant_v2_a8w8_and_matmul_add_fp32():
     torch.testing.assert_close(c.cpu(), 2 * (a.float().t() @ b.float()))
     with pytest.raises(NpuOpError, match="C must be float32"):
         torch_npu._npu_matmul_add_fp32(a.npu(), b.npu(), torch.zeros(6, 4).half().npu())
+
+
+def test_float8_paths_are_ascend_950_only():
+    f8 = rand(4, 32, seed=40).to(torch.float8_e4m3fn)
+    with pytest.raises(NpuOpError, match="Ascend 950PR/950DT only, not on Ascend910B3"):
+        torch_npu.npu_quant_matmul(f8.npu(), f8.t().contiguous().t().npu(), torch.ones(1).npu(),
+                                   output_dtype=torch.bfloat16)
+    with pytest.raises(NpuOpError, match="the float8_e4m3fn target is supported on Ascend 950"):
+        torch_npu.npu_dynamic_quant(rand(4, 32, seed=41, dtype=torch.float16).npu(), dst_type=torch.float8_e4m3fn)

@@ -93,3 +93,12 @@ def kernel_limit(op: str, ok: bool, message: str) -> None:
         runtime.recorder.rejected["fused:" + op] += 1
         raise NpuFidelityError(msg + " (emulator fidelity mode 'error')")
     warn_once(f"fused-limit:{op}:{message}", "On a real NPU: " + msg)
+
+
+def on_950(op: str, t, what: str) -> None:
+    """``what`` (float8 / float4 operands or targets) exists on Ascend 950 only: refused for ``npu`` tensors on
+    other chips, as torch_npu's pages state."""
+    if isinstance(t, torch.Tensor) and on_npu(t) and chip() != "950":
+        from ascendify.emulator import runtime
+
+        fail(op, f"{what} is supported on Ascend 950PR/950DT only, not on {runtime.settings.device_name}")

@@ -17,7 +17,7 @@ import torch
 
 from ascendify.emulator.errors import NotEmulatedError
 from ascendify.emulator.fused import _dtypes as D
-from ascendify.emulator.fused._check import FLOATS, check, dtype_in, fail, same_device
+from ascendify.emulator.fused._check import FLOATS, check, dtype_in, fail, on_950, same_device
 from ascendify.emulator.fused.mx import scales_of
 from ascendify.emulator.fused.quant import dequant
 
@@ -83,6 +83,8 @@ def npu_grouped_matmul(x, weight, *, bias=None, scale=None, offset=None, antiqua
         dtype_in(t, QUANT_INPUTS if quantised else FLOATS, op, "x" if i < len(x) else "weight")
         same_device(op, x[0], **{"x" if i < len(x) else "weight": t})
     if quantised:
+        if x[0].dtype != torch.int8:
+            on_950(op, x[0], f"a {x[0].dtype} x")
         check(scale is not None, op, f"{x[0].dtype} inputs need scale")
         check(group_list is not None and len(x) == 1, op, "the quantised path takes one x with a group_list")
     elif scale is not None or per_token_scale is not None:

@@ -28,7 +28,7 @@ import torch
 
 from ascendify.emulator.errors import NotEmulatedError
 from ascendify.emulator.fused import _dtypes as D
-from ascendify.emulator.fused._check import FLOATS, HALF, check, dtype_in, fail, same_device
+from ascendify.emulator.fused._check import FLOATS, HALF, check, dtype_in, fail, on_950, same_device
 from ascendify.emulator.fused.mx import scales_of
 from ascendify.emulator.fused.quant import dequant
 
@@ -120,6 +120,7 @@ def npu_quant_matmul(x1, x2, scale, *, offset=None, pertoken_scale=None, bias=No
             return torch.round(y).clamp(-128, 127).to(torch.int8)
         return y.to(_OUT[out_name])
     # float8 / float4 (Ascend 950)
+    on_950(op, x1, f"a {x1.dtype} x1")
     check(x1.dtype in FP8 or x1_dtype is not None, op,
           f"the dtype of x1 must be int8, int32 (int4), float8_e4m3fn or float8_e5m2, but got {x1.dtype}")
     a, b = _values(op, x1, x1_dtype, "x1"), _values(op, x2, x2_dtype, "x2")
@@ -252,6 +253,7 @@ def npu_transpose_quant_batchmatmul(x1, x2, dtype, *, bias=None, x1_scale=None, 
     if bias is not None:
         raise NotEmulatedError(f"{op}: bias is not supported by this version (torch_npu's documentation)")
     check(x1.dtype in FP8, op, f"the dtype of x1 must be float8_e4m3fn or float8_e5m2, but got {x1.dtype}")
+    on_950(op, x1, "float8 x1")
     _perm(op, "perm_x1", perm_x1, ([1, 0, 2],))
     p2 = _perm(op, "perm_x2", perm_x2, ([0, 1, 2], [0, 2, 1]))
     _perm(op, "perm_y", perm_y, ([1, 0, 2],))

@@ -28,7 +28,7 @@ import torch
 
 from ascendify.emulator.errors import NotEmulatedError
 from ascendify.emulator.fused import _dtypes as D
-from ascendify.emulator.fused._check import FLOATS, HALF, check, dtype_in, fail, same_device
+from ascendify.emulator.fused._check import FLOATS, HALF, check, dtype_in, fail, on_950, same_device
 
 _QUANTIZE_OUT = {"qint8": ("int8", -128, 127, torch.int8), "quint8": ("uint8", 0, 255, torch.uint8),
                  "int32": ("int32", -2**31, 2**31 - 1, torch.int32), "quint4x2": ("int4", -8, 7, torch.int32)}
@@ -85,6 +85,11 @@ def _dst(op: str, code, allowed: tuple[str, ...], default: str = "int8") -> str:
     return fmt
 
 
+def _target_on_chip(op: str, x: torch.Tensor, fmt: str) -> None:
+    if fmt.startswith("float8"):
+        on_950(op, x, f"the {fmt} target")
+
+
 def _cast(op: str, y: torch.Tensor, fmt: str, round_mode: str = "rint") -> torch.Tensor:
     if fmt in ("int8", "int4"):
         return D.to_int(op, y, fmt, round_mode)
@@ -98,6 +103,7 @@ def npu_dynamic_quant(input, *, smooth_scales=None, group_index=None, dst_type=N
     same_device(op, input, smooth_scales=smooth_scales, group_index=group_index)
     check(input.dim() > 1, op, f"the dim of x must be greater than 1, but got {input.dim()}")
     fmt = _dst(op, dst_type, ("int8", "int4", "float8_e4m3fn", "float8_e5m2"))
+    _target_on_chip(op, input, fmt)
     check(quant_mode in ("pertoken", "perchannel", "pertensor"), op,
           f"quant_mode must be pertoken, perchannel or pertensor, but got '{quant_mode}'")
     h = input.shape[-1]
@@ -153,6 +159,7 @@ def npu_dynamic_block_quant(x, *, min_scale=0.0, round_mode="rint", dst_type=1, 
     check(min_scale >= 0, op, f"min_scale must be >= 0, but got {min_scale}")
     check(row_block_size > 0 and col_block_size > 0, op, "row_block_size and col_block_size must be positive")
     fmt = _dst(op, dst_type, ("int8", "float8_e4m3fn", "float8_e5m2"))
+    _target_on_chip(op, x, fmt)
     qmax = float(dst_type_max) if dst_type_max else D.FMAX[fmt]
     xf = x.float()
     r, c = xf.shape[-2], xf.shape[-1]
