@@ -40,6 +40,9 @@ def test_scatter_then_gather_kv_cache_nd_and_nz():
     nz = torch.zeros(nb, n * d // 4, bs, 4, dtype=torch.float16).npu()
     torch_npu.npu_scatter_pa_kv_cache(key.npu(), value.npu(), nz, nz.clone(), slots.npu())
     assert torch.equal(nz[3, :, 1, :].cpu(), key[4].reshape(n * d // 4, 4))
+    nz5 = torch.zeros(nb, n, d // 4, bs, 4, dtype=torch.float16).npu()  # vllm-ascend's 5-D view of the same layout
+    torch_npu.npu_scatter_pa_kv_cache(key.npu(), value.npu(), nz5, nz5.clone(), slots.npu())
+    assert torch.equal(nz5.reshape(nb, -1, bs, 4).cpu(), nz.cpu())
     # gather back batch 0 (5 tokens from blocks [1, 3]) and batch 1 (2 tokens from block [0])
     out_k, out_v = torch.zeros(7, n, d, dtype=torch.float16).npu(), torch.zeros(7, n, d, dtype=torch.float16).npu()
     tables = torch.tensor([[1, 3], [0, 0]], dtype=torch.int32)

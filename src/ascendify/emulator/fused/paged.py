@@ -41,11 +41,12 @@ def _scatter(op: str, src: torch.Tensor, cache: torch.Tensor, slots: torch.Tenso
     keep = slots >= 0
     s = slots[keep].long()
     flat = flat[keep]
-    if mode == "PA_NZ":
-        nb, groups, bs, last = cache.shape
+    if mode == "PA_NZ":  # [blocks, H / last, block_size, last], or vllm-ascend's 5-D view [blocks, N, D / last, ...]
+        nz = cache.view(cache.shape[0], -1, cache.shape[-2], cache.shape[-1])
+        nb, groups, bs, last = nz.shape
         check(flat.shape[1] == groups * last, op, f"a token has {flat.shape[1]} values but the NZ cache holds "
                                                   f"{groups} x {last}")
-        cache[s // bs, :, s % bs, :] = flat.reshape(-1, groups, last)
+        nz[s // bs, :, s % bs, :] = flat.reshape(-1, groups, last)
         return
     rows = _rows(cache, mode, op)
     check(flat.shape[1] == rows.shape[1], op, f"a token has {flat.shape[1]} values but a cache slot holds "
@@ -59,11 +60,13 @@ def npu_scatter_pa_kv_cache(key, value, key_cache, value_cache, slot_mapping, *,
     op = "npu_scatter_pa_kv_cache"
     same_device(op, key, value=value, key_cache=key_cache, value_cache=value_cache, slot_mapping=slot_mapping)
     check(key.dim() in (3, 4) and value.dim() in (3, 4), op, "key and value must be 3 or 4 dimensional")
-    check(key_cache.dim() == 4 and value_cache.dim() == 4, op, "key_cache and value_cache must be 4 dimensional")
+    mode = "Norm" if cache_mode in (None, "Norm") else cache_mode
+    dims = (4,) if mode == "Norm" else (4, 5)  # vllm-ascend passes its NZ caches as a 5-D view
+    check(key_cache.dim() in dims and value_cache.dim() in dims, op,
+          "key_cache and value_cache must be 4 dimensional")
     check(key.dtype == value.dtype == key_cache.dtype == value_cache.dtype, op,
           "key, value, key_cache and value_cache must have the same dtype")
     check(slot_mapping.dtype in (torch.int32, torch.int64), op, "the dtype of slot_mapping must be int32 or int64")
-    mode = "Norm" if cache_mode in (None, "Norm") else cache_mode
     check(mode in ("Norm", "PA_NZ"), op, f"cache_mode must be 'Norm' or 'PA_NZ', but got {cache_mode!r}")
     if compress_lens is not None or compress_seq_offsets is not None or seq_lens is not None:
         from ascendify.emulator.errors import NotEmulatedError
