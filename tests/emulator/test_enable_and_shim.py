@@ -122,8 +122,8 @@ def test_transfer_to_npu_without_a_provider_does_the_minimum_and_says_why(monkey
 def test_torch_npu_names_that_are_not_emulated_say_so():
     import torch_npu
 
-    with pytest.raises(NotEmulatedError, match="torch_npu.npu_quant_matmul is a torch_npu custom operator"):
-        torch_npu.npu_quant_matmul(None)  # imports (libraries import it), refuses when called
+    with pytest.raises(NotEmulatedError, match="torch_npu.npu_moe_distribute_dispatch is a torch_npu custom operator"):
+        torch_npu.npu_moe_distribute_dispatch(None)  # imports (libraries import it), refuses when called
     with pytest.raises(AttributeError) as e:
         _ = torch_npu.no_such_thing
     assert not isinstance(e.value, NotEmulatedError)

@@ -7,10 +7,10 @@ from ascendify.emulator import NotEmulatedError
 
 
 def test_custom_op_imports_and_refuses_when_called():
-    from torch_npu import npu_quant_matmul  # not emulated (quantisation); tests/emulator/fused: the fused ops
+    from torch_npu import npu_moe_distribute_dispatch  # not emulated; tests/emulator/fused: the fused ops
 
-    with pytest.raises(NotEmulatedError, match="torch_npu.npu_quant_matmul is a torch_npu custom operator"):
-        npu_quant_matmul(None)
+    with pytest.raises(NotEmulatedError, match="torch_npu.npu_moe_distribute_dispatch is a torch_npu custom operator"):
+        npu_moe_distribute_dispatch(None)
     with pytest.raises(AttributeError):
         import torch_npu
 

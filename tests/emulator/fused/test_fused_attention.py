@@ -265,3 +265,25 @@ def test_invalid_row_correction_zeroes_rows_masked_entirely():
     plain = FA(q, k, v, 2, "BNSD", atten_mask=m)[0]
     torch.testing.assert_close(plain[:, :, 1], v.mean(2))
     assert FA(q, k, v, 2, "BNSD", atten_mask=m, inner_precise=2)[0][:, :, 1].abs().sum() == 0
+
+
+def test_fusion_attention_v2_rope_halves_join_the_head_dim_with_gradients():
+    g = torch.Generator().manual_seed(70)
+    b, s, n, d, dr = 1, 6, 2, 8, 4
+    q, k, v = (torch.randn(b, s, n, dd, generator=g, requires_grad=True) for dd in (d, d, d))
+    qr, kr = (torch.randn(b, s, n, dr, generator=g, requires_grad=True) for _ in range(2))
+    mask = torch.triu(torch.ones(2048, 2048, dtype=torch.bool), 1)
+    out = torch_npu.npu_fusion_attention_v2(q, k, v, n, "BSND", query_rope=qr, key_rope=kr, atten_mask=mask,
+                                            sparse_mode=3, scale=0.3)
+    assert len(out) == 7
+    qq, kk = torch.cat((q, qr), -1).transpose(1, 2), torch.cat((k, kr), -1).transpose(1, 2)
+    sc = (qq @ kk.transpose(-1, -2)) * 0.3
+    sc = sc.masked_fill(torch.triu(torch.ones(s, s, dtype=torch.bool), 1), float("-inf"))
+    want = (torch.softmax(sc, -1) @ v.transpose(1, 2)).transpose(1, 2)
+    torch.testing.assert_close(out[0], want, rtol=1e-5, atol=1e-5)
+    grads = torch.autograd.grad(out[0].sum(), (q, qr))
+    wants = torch.autograd.grad(want.sum(), (q, qr))
+    for got_g, want_g in zip(grads, wants, strict=True):
+        torch.testing.assert_close(got_g, want_g, rtol=1e-4, atol=1e-5)
+    with pytest.raises(NpuOpError, match="query_rope and key_rope must be given together"):
+        torch_npu.npu_fusion_attention_v2(q, k, v, n, "BSND", query_rope=qr)

@@ -84,3 +84,48 @@ def test_fused_infer_attention_score_lse_and_refusals():
     with pytest.raises(NotEmulatedError, match="antiquant_scale"):
         torch_npu.npu_fused_infer_attention_score(q.half().npu(), k.half().npu(), v.half().npu(), num_heads=2,
                                                   input_layout="BSND", antiquant_scale=torch.ones(1).npu())
+
+
+def test_fused_infer_attention_score_v2_mla_rope_out_overload_and_workspace():
+    b, n, s, d, dr = 1, 2, 5, 8, 4
+    q, k, v = rand(b, n, s, d, seed=30), rand(b, 1, s, d, seed=31), rand(b, 1, s, d, seed=32)
+    qr, kr = rand(b, n, s, dr, seed=33), rand(b, 1, s, dr, seed=34)
+    out, lse = torch_npu.npu_fused_infer_attention_score_v2(
+        q.half().npu(), k.half().npu(), v.half().npu(), query_rope=qr.half().npu(), key_rope=kr.half().npu(),
+        num_query_heads=n, num_key_value_heads=1, softmax_scale=0.4, input_layout="BNSD", return_softmax_lse=True)
+    # scores of q k^T + q_rope k_rope^T: attention over the concatenated head dims, values unchanged
+    want = ref(torch.cat((q, qr), -1).half(), torch.cat((k, kr), -1).half(), v.half(), None, 0.4)
+    torch.testing.assert_close(out.cpu().float(), want.float(), atol=3e-3, rtol=3e-3)
+    assert lse.shape == (b, n, s, 1) and lse.dtype == torch.float32
+    kw = dict(num_query_heads=n, num_key_value_heads=1, softmax_scale=0.4, input_layout="BNSD")
+    ws = torch_npu._npu_fused_infer_attention_score_v2_get_max_workspace(q.half().npu(), k.half().npu(),
+                                                                          v.half().npu(), **kw)
+    attn, lse_out = torch.empty(b, n, s, d).half().npu(), torch.empty(0).npu()
+    torch_npu.npu_fused_infer_attention_score_v2.out(q.half().npu(), k.half().npu(), v.half().npu(), workspace=ws,
+                                                     out=[attn, lse_out], **kw)
+    plain = torch_npu.npu_fused_infer_attention_score_v2(q.half().npu(), k.half().npu(), v.half().npu(), **kw)[0]
+    assert torch.equal(attn.cpu(), plain.cpu())
+    assert torch_npu._npu_fused_infer_attention_score_get_max_workspace(q.half().npu(), k.half().npu(),
+                                                                         v.half().npu()).numel() == 0
+    with pytest.raises(NotEmulatedError, match="learnable_sink"):
+        torch_npu.npu_fused_infer_attention_score_v2(q.half().npu(), k.half().npu(), v.half().npu(),
+                                                     learnable_sink=torch.zeros(n).npu(), **kw)
+
+
+def test_attention_update_merges_partial_softmax_results():
+    parts = [rand(2, 3, 8, seed=40 + i) for i in range(3)]
+    k = [rand(2, 5 + i, 8, seed=50 + i) for i in range(3)]
+    vv = [rand(2, 5 + i, 8, seed=60 + i) for i in range(3)]
+    # each rank attends to its own keys: out_i and lse_i; the merge equals attention over all keys
+    lses, outs = [], []
+    for i in range(3):
+        s = torch.einsum("hqd,hkd->hqk", parts[0], k[i])
+        lses.append(torch.logsumexp(s, -1).reshape(-1))
+        outs.append(torch.einsum("hqk,hkd->hqd", torch.softmax(s, -1), vv[i]).reshape(-1, 8))
+    out, lse = torch_npu.npu_attention_update([t.npu() for t in lses], [t.npu() for t in outs], 1)
+    s_all = torch.einsum("hqd,hkd->hqk", parts[0], torch.cat(k, 1))
+    want = torch.einsum("hqk,hkd->hqd", torch.softmax(s_all, -1), torch.cat(vv, 1)).reshape(-1, 8)
+    torch.testing.assert_close(out.cpu(), want, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(lse.cpu(), torch.logsumexp(s_all, -1).reshape(-1), rtol=1e-5, atol=1e-5)
+    with pytest.raises(NpuOpError, match="multiple of 8"):
+        torch_npu.npu_attention_update([lses[0].npu()], [outs[0][:, :6].npu()], 0)

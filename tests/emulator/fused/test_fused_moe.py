@@ -48,7 +48,9 @@ def test_grouped_matmul_on_npu_and_refusals():
     assert y.device.type == "npu" and y.shape == (6, 3)
     with pytest.raises(NpuOpError, match="must be non-decreasing"):
         torch_npu.npu_grouped_matmul([x], [w], group_list=[4, 3], split_item=2, group_type=0)
-    with pytest.raises(NotEmulatedError, match="quantised path \\(scale\\)"):
+    with pytest.raises(NpuOpError, match="scale and per_token_scale apply to int8 / float8 inputs only"):
         torch_npu.npu_grouped_matmul([x], [w], scale=[torch.ones(3).npu()], group_list=[3, 6])
+    with pytest.raises(NotEmulatedError, match="antiquant_scale"):
+        torch_npu.npu_grouped_matmul([x], [w], antiquant_scale=[torch.ones(3).npu()], group_list=[3, 6])
     with pytest.raises(NpuOpError, match="do not agree on K"):
         torch_npu.npu_grouped_matmul([torch.randn(2, 5).npu()], [torch.randn(4, 3).npu()])

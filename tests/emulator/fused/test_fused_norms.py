@@ -76,3 +76,43 @@ def test_rms_norm_bf16_is_refused_on_atlas_training_chips(fresh_report):
     fresh_report.settings.device_name = "Ascend910A"
     with pytest.raises(NpuOpError, match="not supported on this product"):
         torch_npu.npu_rms_norm(torch.randn(2, 8).bfloat16().npu(), torch.ones(8).bfloat16().npu())
+
+
+def test_rms_norm_backward_equals_autograd_of_the_forward():
+    g = torch.Generator().manual_seed(40)
+    x = torch.randn(3, 4, 8, generator=g, dtype=torch.float64, requires_grad=True)
+    gamma = torch.randn(8, generator=g, dtype=torch.float64, requires_grad=True)
+    dy = torch.randn(3, 4, 8, generator=g, dtype=torch.float64)
+    y = rms_ref(x, gamma, 1e-6)
+    y.backward(dy)
+    rstd = torch.rsqrt(x.detach().pow(2).mean(-1, keepdim=True) + 1e-6)
+    dx, dgamma = torch_npu.npu_rms_norm_backward(dy, x.detach(), gamma.detach(), rstd)
+    torch.testing.assert_close(dx, x.grad)
+    torch.testing.assert_close(dgamma, gamma.grad)
+    dxn, dgn = torch_npu.npu_rms_norm_backward(dy.float().npu(), x.detach().float().npu(),
+                                               gamma.detach().float().npu(), rstd.float().npu())
+    assert dxn.device.type == "npu" and dgn.dtype == torch.float32
+    torch.testing.assert_close(dgn.cpu(), gamma.grad.float(), rtol=1e-4, atol=1e-4)
+
+
+def test_add_rms_norm_quant_and_dynamic_quant():
+    g = torch.Generator().manual_seed(41)
+    x1, x2 = torch.randn(3, 16, generator=g).half(), torch.randn(3, 16, generator=g).half()
+    gamma, beta = torch.randn(16, generator=g).half(), torch.randn(16, generator=g).half()
+    s = (x1.float() + x2.float())
+    y = (s * torch.rsqrt(s.pow(2).mean(-1, keepdim=True) + 1e-6) * gamma.float() + beta.float())
+    scales = torch.full((16,), 0.05).half()
+    y1, y2, xs = torch_npu.npu_add_rms_norm_quant(x1.npu(), x2.npu(), gamma.npu(), scales.npu(), None,
+                                                  beta=beta.npu())
+    assert torch.equal(xs.cpu(), (x1.float() + x2.float()).half())
+    assert y1.dtype == torch.int8 and not y2.any()
+    torch.testing.assert_close(y1.cpu().float(), torch.round(y / 0.05).clamp(-128, 127), atol=1, rtol=0)
+    smooth = torch.rand(16, generator=g).half() + 0.5
+    q1, q2, _, sc1, sc2 = torch_npu.npu_add_rms_norm_dynamic_quant(x1.npu(), x2.npu(), gamma.npu(), beta=beta.npu(),
+                                                                   smooth_scale1=smooth.npu())
+    ys = y * smooth.float()
+    torch.testing.assert_close(sc1.cpu(), ys.abs().amax(-1) / 127, rtol=1e-3, atol=1e-6)
+    assert (q1.cpu().float() - torch.round(ys / (ys.abs().amax(-1, keepdim=True) / 127))).abs().max() <= 1
+    assert q2.numel() == 0 and sc2.numel() == 0  # y2 only with both smooth scales
+    with pytest.raises(NpuOpError, match="at least one of y1 and y2"):
+        torch_npu.npu_add_rms_norm_dynamic_quant(x1.npu(), x2.npu(), gamma.npu(), output_mask=[False, False])

@@ -63,3 +63,40 @@ def test_rotary_constraints():
         torch_npu.npu_rotary_mul(x, torch.ones(1, 1, 4, 6).npu(), c)
     with pytest.raises(NpuOpError, match="same dtype"):
         torch_npu.npu_rotary_mul(x, c.half(), c)
+
+
+def test_interleave_rope_apply_rotary_pos_emb_and_mrope():
+    g = torch.Generator().manual_seed(20)
+    x = torch.randn(1, 2, 3, 64, generator=g).half()
+    cos, sin = torch.randn(1, 1, 3, 64, generator=g).half(), torch.randn(1, 1, 3, 64, generator=g).half()
+    got = torch_npu.npu_interleave_rope(x.npu(), cos.npu(), sin.npu())
+    q = torch.cat((x.float()[..., 0::2], x.float()[..., 1::2]), -1)  # (x0, x2, ..., x1, x3, ...)
+    torch.testing.assert_close(got.cpu().float(), q * cos.float() + rotate_half(q) * sin.float(), rtol=2e-3,
+                               atol=2e-3)
+    with pytest.raises(NpuOpError, match="must be 64"):
+        torch_npu.npu_interleave_rope(x[..., :32].npu(), cos[..., :32].npu(), sin[..., :32].npu())
+    qq, kk = torch.randn(2, 3, 4, 64, generator=g), torch.randn(2, 3, 1, 64, generator=g)
+    c, s = torch.randn(2, 3, 1, 64, generator=g), torch.randn(2, 3, 1, 64, generator=g)
+    qn, kn = qq.npu(), kk.npu()
+    out_q, out_k = torch_npu.npu_apply_rotary_pos_emb(qn, kn, c.npu(), s.npu())
+    assert out_q is qn and out_k is kn  # updated in place
+    torch.testing.assert_close(qn.cpu(), qq * c + rotate_half(qq) * s)
+    torch.testing.assert_close(kn.cpu(), kk * c + rotate_half(kk) * s)
+    with pytest.raises(NpuOpError, match="D must be 64 or 128"):
+        torch_npu.npu_apply_rotary_pos_emb(qq[..., :32].npu(), kk[..., :32].npu(), c[..., :32].npu(),
+                                           s[..., :32].npu())
+    # mrope: three position rows, sections of the half rotary dim taken from rows 0, 1, 2
+    t, hs, rot = 4, 16, 8
+    cache = torch.randn(20, rot, generator=g)
+    pos = torch.randint(0, 20, (3, t), generator=g)
+    query, key = torch.randn(t, 2 * hs, generator=g), torch.randn(t, hs, generator=g)
+    oq, ok = torch_npu.npu_mrope(pos.npu(), query.npu(), key.npu(), cache.npu(), hs, mrope_section=[2, 1, 1])
+    cs = cache[pos]  # [3, T, rot]
+    cos3, sin3 = cs[..., :4], cs[..., 4:]
+    cos_m = torch.cat((cos3[0, :, :2], cos3[1, :, 2:3], cos3[2, :, 3:4]), -1)[:, None]
+    sin_m = torch.cat((sin3[0, :, :2], sin3[1, :, 2:3], sin3[2, :, 3:4]), -1)[:, None]
+    xq = query.reshape(t, 2, hs)
+    a, b = xq[..., :4], xq[..., 4:8]
+    want = torch.cat((a * cos_m - b * sin_m, b * cos_m + a * sin_m, xq[..., 8:]), -1).reshape(t, -1)
+    torch.testing.assert_close(oq.cpu(), want)
+    assert ok.shape == key.shape

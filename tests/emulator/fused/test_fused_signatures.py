@@ -30,6 +30,8 @@ _MISSING = object()
 
 
 def _value(text: str):
+    if text.startswith("["):  # a list default: Python spells it as a tuple (no mutable defaults)
+        return tuple(ast.literal_eval(text))
     if text in ("None", "True", "False"):
         return {"None": None, "True": True, "False": False}[text]
     if text[:1] in "'\"":

@@ -64,3 +64,24 @@ def test_dropout_with_add_softmax_gradients_follow_the_returned_mask():
     want = torch.autograd.grad(torch.softmax(b + 0.5 * a, -1) * mask / 0.8, (a, b), dy)
     for x, y in zip(got, want, strict=True):
         torch.testing.assert_close(x, y)
+
+
+def test_top_k_top_p_filters_in_the_documented_order():
+    logits = torch.tensor([[1.0, 5.0, 3.0, 2.0, 4.0], [0.5, 0.1, 0.3, 0.2, 0.4]])
+    k = torch.tensor([3, 5], dtype=torch.int32)
+    p = torch.tensor([1.0, 0.5])
+    out = torch_npu.npu_top_k_top_p(logits.npu(), p.npu(), k.npu())
+    inf = float("-inf")
+    # row 0: top-3 keeps 5, 4, 3; p = 1 keeps them all
+    assert out[0].cpu().tolist() == [inf, 5.0, 3.0, inf, 4.0]
+    # row 1: k = 5 keeps all; the smallest whose ascending cumulative probability <= 0.5 go
+    probs = torch.softmax(torch.tensor([0.1, 0.2, 0.3, 0.4, 0.5]), -1)
+    drop = (torch.cumsum(probs, -1) <= 0.5).tolist()
+    order = [1, 3, 2, 4, 0]  # ascending logits
+    want = logits[1].tolist()
+    for pos, i in enumerate(order):
+        if drop[pos] and pos < 4:
+            want[i] = inf
+    assert out[1].cpu().tolist() == want
+    with pytest.raises(NpuOpError, match="k must be in"):
+        torch_npu.npu_top_k_top_p(logits.npu(), p.npu(), torch.tensor([0, 2], dtype=torch.int32).npu())

@@ -146,6 +146,14 @@ def _transfer_to_npu() -> dict:
     return attrs
 
 
+def _dtype_codes() -> dict:
+    """torch_npu's dtype constants (``torch_npu.float8_e8m0fnu`` 293, ``torch_npu.hifloat8`` 290...: ACL's data
+    type numbers plus 256), which its quantisation operators take as ``dst_type`` / ``scale_dtype``."""
+    from ascendify.emulator.fused._dtypes import NPU_CODES
+
+    return dict(NPU_CODES)
+
+
 def _build(name: str) -> types.ModuleType:
     release = torch.__version__.split("+", 1)[0]
     if name == "torch_npu":
@@ -157,6 +165,7 @@ def _build(name: str) -> types.ModuleType:
             "_C": types.SimpleNamespace(),
             "get_npu_format": tooling.get_npu_format,
             "Format": tooling.Format,
+            **_dtype_codes(),
         }, package=True)
     if name == "torch_npu.npu":
         return torch.npu

@@ -39,7 +39,8 @@ from ascendify.emulator.distributed import hccl_rules
 BACKEND = "hccl"
 DEVICE = "npu"
 
-__all__ = ["BACKEND", "EmulatedHcclProcessGroup", "install", "is_hccl_available", "is_installed"]
+__all__ = ["BACKEND", "EmulatedHcclProcessGroup", "group_by_comm_name", "install", "is_hccl_available",
+           "is_installed"]
 
 
 def is_hccl_available() -> bool:
@@ -179,6 +180,7 @@ class EmulatedHcclProcessGroup(dist.ProcessGroup):
         super().__init__(rank, size)
         self._rank, self._size = rank, size
         self._gloo = _make_gloo(store, rank, size, timeout)
+        self._gloo._ascendify_group = self
         self._cpu_ok: bool | None = None
         # c10d keeps a group's name on its backends ("ProcessGroup name not set" without one): DeviceMesh,
         # DTensor and functional collectives find groups by name. The gloo underneath holds it; the
@@ -232,6 +234,14 @@ class EmulatedHcclProcessGroup(dist.ProcessGroup):
 
     def __repr__(self) -> str:
         return f"EmulatedHcclProcessGroup(rank={self._rank}, size={self._size})"
+
+    def get_hccl_comm_name(self, rank: int = 0) -> str:
+        """torch_npu's name of the group's HCCL communicator (``group._get_backend(npu).get_hccl_comm_name(r)``),
+        which communication-fused operators (``npu_all_gather_base_mm``...) take as ``hcom``;
+        :func:`group_by_comm_name` finds the group again."""
+        name = f"ascendify_hccl_{id(self):x}"
+        _COMM_NAMES[name] = self
+        return name
 
     # -- collectives -----------------------------------------------------------------------------------------
     def allreduce(self, tensors, opts=None):
@@ -348,6 +358,14 @@ class EmulatedHcclProcessGroup(dist.ProcessGroup):
         self._gloo = None
 
 
+_COMM_NAMES: dict = {}  # get_hccl_comm_name() -> the backend it names
+
+
+def group_by_comm_name(name: str):
+    """The emulated hccl process group whose communicator ``get_hccl_comm_name`` named ``name``, or None."""
+    return _COMM_NAMES.get(name)
+
+
 def _make_gloo(store, rank: int, size: int, timeout: datetime.timedelta):
     """gloo over loopback unless the user names an interface (``GLOO_SOCKET_IFNAME``), as torchrun tests do."""
     opts = dist.ProcessGroupGloo._Options()
@@ -360,7 +378,15 @@ def _make_gloo(store, rank: int, size: int, timeout: datetime.timedelta):
         except RuntimeError:
             device = dist.ProcessGroupGloo.create_device(hostname="127.0.0.1")
     opts._devices = [device]
-    return dist.ProcessGroupGloo(store, rank, size, opts)
+    return _Gloo(store, rank, size, opts)
+
+
+class _Gloo(dist.ProcessGroupGloo):
+    """The gloo under an emulated hccl group, which ``group._get_backend(torch.device("npu"))`` returns: it
+    answers torch_npu's ``get_hccl_comm_name(rank)`` for its group (MindSpeed asks it for ``hcom``)."""
+
+    def get_hccl_comm_name(self, rank: int = 0) -> str:
+        return self._ascendify_group.get_hccl_comm_name(rank)
 
 
 def _create(backend_opts, pg_options=None):

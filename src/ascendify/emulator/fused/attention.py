@@ -643,3 +643,43 @@ def _out_shape(query, layout, sh: Shapes) -> torch.Size:
     return torch.Size((sh.sq, sh.n, sh.dv))
 
 
+
+
+def npu_fusion_attention_v2(query, key, value, head_num, input_layout, *, pse=None, padding_mask=None,
+                            atten_mask=None, query_rope=None, key_rope=None, scale=1., keep_prob=1.,
+                            pre_tokens=MAX_TOKENS, next_tokens=MAX_TOKENS, inner_precise=0, prefix=None,
+                            actual_seq_qlen=None, actual_seq_kvlen=None, sparse_mode=0, gen_mask_parallel=True,
+                            sync=False, pse_type=1, q_start_idx=None, kv_start_idx=None, softmax_layout="",
+                            sink=None, dropout_mask=None, seed=0, offset=0):
+    """:func:`npu_fusion_attention` with keyword-only options, ``pre_tokens``/``next_tokens`` spelt right, and
+    ``query_rope``/``key_rope`` (MLA: concatenated to the query and key head dims, so the scores are
+    ``q k^T + q_rope k_rope^T``). ``pse_type`` 1 (``scale * (qk + pse)``) only; gradients by autograd (through
+    the rope halves too)."""
+    op = "npu_fusion_attention_v2"
+    check(pse_type in (0, 1, 2, 3), op, f"pse_type must be in [0, 3], but got {pse_type}")
+    if pse_type != 1 and (pse is not None or pse_type in (2, 3)):
+        raise NotEmulatedError(f"{op}: pse_type {pse_type} (an added or generated ALiBi pse) is not emulated by "
+                               "ascendify's emulated npu device")
+    check(q_start_idx is None and kv_start_idx is None or pse_type in (2, 3), op,
+          "q_start_idx and kv_start_idx apply to pse_type 2 and 3 only")
+    check((query_rope is None) == (key_rope is None), op, "query_rope and key_rope must be given together")
+    if query_rope is not None:
+        same_device(op, query, query_rope=query_rope, key_rope=key_rope)
+        check(query_rope.dtype == query.dtype and key_rope.dtype == key.dtype, op,
+              "query_rope and key_rope must have the dtypes of query and key")
+        lay = input_layout.upper()
+        if lay in ("BSH", "SBH"):
+            n = head_num
+            nkv = n * key.shape[-1] // query.shape[-1]
+            cat = lambda a, b, h: torch.cat(  # noqa: E731
+                (a.unflatten(-1, (h, -1)), b.unflatten(-1, (h, -1))), -1).flatten(-2)
+            query, key = cat(query, query_rope, n), cat(key, key_rope, nkv)
+        else:
+            query, key = torch.cat((query, query_rope), -1), torch.cat((key, key_rope), -1)
+    return npu_fusion_attention(query, key, value, head_num, input_layout, pse=pse, padding_mask=padding_mask,
+                                atten_mask=atten_mask, scale=scale, keep_prob=keep_prob, pre_tockens=pre_tokens,
+                                next_tockens=next_tokens, inner_precise=inner_precise, prefix=prefix,
+                                actual_seq_qlen=actual_seq_qlen, actual_seq_kvlen=actual_seq_kvlen,
+                                sparse_mode=sparse_mode, gen_mask_parallel=gen_mask_parallel, sync=sync,
+                                softmax_layout=softmax_layout, sink=sink, dropout_mask=dropout_mask, seed=seed,
+                                offset=offset)

@@ -73,7 +73,8 @@ def _mask4(m: torch.Tensor, b: int, sq: int) -> torch.Tensor:
 
 
 def _run(op, query, key, value, *, atten_mask, pse_shift, q_lens, kv_lens, num_heads, num_key_value_heads,
-         scale, pre_tokens, next_tokens, input_layout, sparse_mode, block_table=None, block_size=0, lse=False):
+         scale, pre_tokens, next_tokens, input_layout, sparse_mode, block_table=None, block_size=0, lse=False,
+         max_d=512):
     """The attention of every batch on its actual lengths: (out in the output layout, row log-sum-exp)."""
     check(num_heads > 0, op, f"numHeads should be greater than 0, but got {num_heads}")
     check(input_layout in _LAYOUTS, op, f"not support layout: {input_layout} (BSH, BSND, BNSD, BNSD_BSND, TND)")
@@ -101,7 +102,7 @@ def _run(op, query, key, value, *, atten_mask, pse_shift, q_lens, kv_lens, num_h
                                            f"num_heads ({n})")
     q = _split_heads(query, qlay, n)
     b, _, sq, d = q.shape
-    check(d <= 512, op, f"the head dim D must be at most 512, but got {d}")
+    check(d <= max_d, op, f"the head dim D must be at most 512, but got {d}")
     if block_table is not None:
         k = _gather_pages(op, key, block_table, block_size, nkv)
         v = _gather_pages(op, value, block_table, block_size, nkv)
@@ -236,3 +237,140 @@ def npu_fused_infer_attention_score(query, key, value, *, pse_shift=None, atten_
                         next_tokens=next_tokens, input_layout=input_layout, sparse_mode=sparse_mode,
                         block_table=block_table, block_size=block_size, lse=softmax_lse_flag)
     return out, lse if softmax_lse_flag else torch.empty(0, dtype=torch.float32, device=query.device)
+
+
+def _fia_out(fn):
+    """``fn`` with torch_npu's ``.out`` overload: the same call with ``workspace=`` and ``out=[attention_out,
+    softmax_lse]`` written in place (vllm-ascend's graph-capture path)."""
+
+    def out(*args, workspace=None, out=None, **kwargs):
+        res = fn(*args, **kwargs)
+        if out is not None:
+            for dst, src in zip(out, res, strict=False):
+                if src.numel():
+                    dst.copy_(src.reshape(dst.shape) if src.numel() == dst.numel() else src)
+        return tuple(out) if out is not None else res
+
+    return out
+
+
+def npu_fused_infer_attention_score_v2(query, key, value, *, query_rope=None, key_rope=None, pse_shift=None,
+                                       atten_mask=None, actual_seq_qlen=None, actual_seq_kvlen=None,
+                                       block_table=None, dequant_scale_query=None, dequant_scale_key=None,
+                                       dequant_offset_key=None, dequant_scale_value=None, dequant_offset_value=None,
+                                       dequant_scale_key_rope=None, quant_scale_out=None, quant_offset_out=None,
+                                       quant_scale_p=None, learnable_sink=None, num_query_heads=1,
+                                       num_key_value_heads=0, softmax_scale=1.0, pre_tokens=MAX_TOKENS,
+                                       next_tokens=MAX_TOKENS, input_layout="BSH", sparse_mode=0, block_size=0,
+                                       query_quant_mode=0, key_quant_mode=0, value_quant_mode=0, inner_precise=0,
+                                       return_softmax_lse=False, query_dtype=None, key_dtype=None, value_dtype=None,
+                                       query_rope_dtype=None, key_rope_dtype=None, key_shared_prefix_dtype=None,
+                                       value_shared_prefix_dtype=None, dequant_scale_query_dtype=None,
+                                       dequant_scale_key_dtype=None, dequant_scale_value_dtype=None,
+                                       dequant_scale_key_rope_dtype=None, out_dtype=None):
+    """The v2 interface of :func:`npu_fused_infer_attention_score` (``num_query_heads``, ``softmax_scale``,
+    ``actual_seq_qlen`` / ``actual_seq_kvlen``, ``return_softmax_lse``). ``query_rope`` / ``key_rope`` (MLA)
+    extend the query and key head dim: the scores are ``q k^T + q_rope k_rope^T`` and the values stay ``value``."""
+    op = "npu_fused_infer_attention_score_v2"
+    _refuse_quant(op, dequant_scale_query=dequant_scale_query, dequant_scale_key=dequant_scale_key,
+                  dequant_offset_key=dequant_offset_key, dequant_scale_value=dequant_scale_value,
+                  dequant_offset_value=dequant_offset_value, dequant_scale_key_rope=dequant_scale_key_rope,
+                  quant_scale_out=quant_scale_out, quant_offset_out=quant_offset_out, quant_scale_p=quant_scale_p,
+                  learnable_sink=learnable_sink)
+    check(query_quant_mode == key_quant_mode == value_quant_mode == 0, op,
+          "query_quant_mode, key_quant_mode and value_quant_mode other than 0 are not emulated")
+    if out_dtype is not None:
+        from ascendify.emulator.fused import _dtypes
+
+        check(_dtypes.TORCH.get(_dtypes.name(out_dtype)) == query.dtype, op,
+              f"out_dtype other than the query's dtype (quantised output) is not emulated, got {out_dtype}")
+    check((query_rope is None) == (key_rope is None), op, "query_rope and key_rope must be given together")
+    q, k, max_d = query, key, 512
+    if query_rope is not None:
+        same_device(op, query, query_rope=query_rope, key_rope=key_rope)
+        check(query_rope.dtype == query.dtype and key_rope.dtype == key.dtype, op,
+              "query_rope and key_rope must have the dtypes of query and key")
+        q, k = torch.cat((query, query_rope), -1), torch.cat((key, key_rope), -1)
+        max_d = 512 + query_rope.shape[-1]
+    with torch.no_grad():
+        out, lse = _run(op, q, k, value, atten_mask=atten_mask, pse_shift=pse_shift, q_lens=actual_seq_qlen,
+                        kv_lens=actual_seq_kvlen, num_heads=num_query_heads,
+                        num_key_value_heads=num_key_value_heads, scale=softmax_scale, pre_tokens=pre_tokens,
+                        next_tokens=next_tokens, input_layout=input_layout, sparse_mode=sparse_mode,
+                        block_table=block_table, block_size=block_size, lse=return_softmax_lse, max_d=max_d)
+    return out, lse if return_softmax_lse else torch.empty(0, dtype=torch.float32, device=query.device)
+
+
+def _workspace(query):
+    """The size of workspace the operator needs: none under emulation (an empty uint8 tensor)."""
+    return torch.empty(0, dtype=torch.uint8, device=query.device)
+
+
+def _npu_fused_infer_attention_score_get_max_workspace(query, key, value, *, pse_shift=None, atten_mask=None,
+                                                       actual_seq_lengths=None, actual_seq_lengths_kv=None,
+                                                       dequant_scale1=None, quant_scale1=None,
+                                                       dequant_scale2=None, quant_scale2=None,
+                                                       quant_offset2=None, antiquant_scale=None,
+                                                       antiquant_offset=None, key_antiquant_scale=None,
+                                                       key_antiquant_offset=None, value_antiquant_scale=None,
+                                                       value_antiquant_offset=None, block_table=None,
+                                                       query_padding_size=None, kv_padding_size=None,
+                                                       key_shared_prefix=None, value_shared_prefix=None,
+                                                       actual_shared_prefix_len=None, query_rope=None,
+                                                       key_rope=None, key_rope_antiquant_scale=None,
+                                                       num_heads=1, scale=1.0, pre_tokens=MAX_TOKENS,
+                                                       next_tokens=MAX_TOKENS, input_layout="BSH",
+                                                       num_key_value_heads=0, sparse_mode=0, inner_precise=0,
+                                                       block_size=0, antiquant_mode=0, key_antiquant_mode=0,
+                                                       value_antiquant_mode=0, softmax_lse_flag=False):
+    return _workspace(query)
+
+
+def _npu_fused_infer_attention_score_v2_get_max_workspace(query, key, value, *, query_rope=None,
+                                                          key_rope=None, pse_shift=None, atten_mask=None,
+                                                          actual_seq_qlen=None, actual_seq_kvlen=None,
+                                                          block_table=None, dequant_scale_query=None,
+                                                          dequant_scale_key=None, dequant_offset_key=None,
+                                                          dequant_scale_value=None, dequant_offset_value=None,
+                                                          dequant_scale_key_rope=None, quant_scale_out=None,
+                                                          quant_offset_out=None, quant_scale_p=None,
+                                                          learnable_sink=None, num_query_heads=1,
+                                                          num_key_value_heads=0, softmax_scale=1.0,
+                                                          pre_tokens=MAX_TOKENS, next_tokens=MAX_TOKENS,
+                                                          input_layout="BSH", sparse_mode=0, block_size=0,
+                                                          query_quant_mode=0, key_quant_mode=0,
+                                                          value_quant_mode=0, inner_precise=0,
+                                                          return_softmax_lse=False, query_dtype=None,
+                                                          key_dtype=None, value_dtype=None,
+                                                          query_rope_dtype=None, key_rope_dtype=None,
+                                                          key_shared_prefix_dtype=None,
+                                                          value_shared_prefix_dtype=None,
+                                                          dequant_scale_query_dtype=None,
+                                                          dequant_scale_key_dtype=None,
+                                                          dequant_scale_value_dtype=None,
+                                                          dequant_scale_key_rope_dtype=None, out_dtype=None):
+    return _workspace(query)
+
+
+def npu_attention_update(lse, local_out, update_type):
+    """Merge the partial attention of SP ranks: ``lse_m = max_i lse_i + log(sum_i exp(lse_i - max))``,
+    ``out = sum_i out_i * exp(lse_i - lse_m)`` (float32; ``out`` in local_out's dtype). Returns
+    ``(out, lse_m)``; ``lse_m`` is meaningful when ``update_type`` is 1."""
+    op = "npu_attention_update"
+    check(isinstance(lse, list | tuple) and isinstance(local_out, list | tuple) and len(lse) == len(local_out), op,
+          "lse and local_out must be lists of the same length")
+    check(1 <= len(lse) <= 16, op, f"the sequence-parallel degree (list length) must be in [1, 16], got {len(lse)}")
+    check(update_type in (0, 1), op, f"update_type must be 0 or 1, but got {update_type}")
+    for t in lse:
+        check(t.dtype == torch.float32, op, f"the dtype of lse must be float32, but got {t.dtype}")
+    for t in local_out:
+        dtype_in(t, FLOATS, op, "local_out")
+        check(t.dim() == 2 and 8 <= t.shape[-1] <= 512 and t.shape[-1] % 8 == 0, op,
+              f"local_out must be [N, head_dim] with head_dim a multiple of 8 in [8, 512], got {tuple(t.shape)}")
+    same_device(op, local_out[0], **{f"lse{i}": t for i, t in enumerate(lse)})
+    ls = torch.stack([t.float() for t in lse])  # [SP, N]
+    mx = ls.amax(0)
+    lse_m = mx + torch.log(torch.exp(ls - mx).sum(0))
+    w = torch.exp(ls - lse_m)  # [SP, N]
+    out = (torch.stack([o.float() for o in local_out]) * w[..., None]).sum(0)
+    return out.to(local_out[0].dtype), lse_m

@@ -69,3 +69,31 @@ def npu_dropout_with_add_softmax(self, x1, alpha, prob, dim):
     mask = _keep_mask(self.shape, 1.0 - float(prob), self.device)
     dropout = softmax * mask / (1.0 - float(prob))
     return mask, softmax.to(self.dtype), dropout.to(self.dtype)
+
+
+def npu_top_k_top_p(logits, p=None, k=None):
+    """Top-k then top-p filtering of ``logits`` [B, V] (float32 arithmetic): values below each row's k-th
+    largest become -inf; of the rest, after a softmax, the smallest ones whose cumulative probability (from the
+    smallest) is at most ``1 - p`` become -inf too, always keeping the largest; the result is in the original
+    order (the documented formula's final gather read as the scatter back it describes)."""
+    op = "npu_top_k_top_p"
+    dtype_in(logits, FLOATS, op, "logits")
+    same_device(op, logits, p=p, k=k)
+    check(logits.dim() == 2, op, f"logits must be 2 dimensional, but got {logits.dim()}")
+    b, v = logits.shape
+    sorted_v, idx = torch.sort(logits.float(), dim=-1, stable=True)
+    if k is not None:
+        check(k.dtype == torch.int32 and k.shape == (b,), op, "k must be 1-D int32 with one value per row")
+        kk = k.long()
+        check(bool(((kk >= 1) & (kk <= min(1024, v))).all()), op, f"k must be in [1, min(1024, {v})]")
+        thresh = sorted_v.gather(1, (v - kk)[:, None])
+        sorted_v = sorted_v.masked_fill(sorted_v < thresh, float("-inf"))
+    if p is not None:
+        check(p.dtype == logits.dtype and p.shape == (b,), op, "p must be 1-D with logits' dtype, one value per row")
+        probs = torch.softmax(sorted_v, -1)
+        cum = torch.cumsum(probs, -1)
+        drop = cum <= (1 - p.float())[:, None]
+        drop[:, -1] = False
+        sorted_v = sorted_v.masked_fill(drop, float("-inf"))
+    out = torch.empty_like(sorted_v).scatter_(1, idx, sorted_v)
+    return out.to(logits.dtype)

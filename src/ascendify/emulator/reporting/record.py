@@ -25,7 +25,7 @@ class Recorder:
             reset()
         if hasattr(self, "ops"):
             for c in (self.ops, self.no_npu_kernel, self.rejected, self.unsupported_apis, self.float64,
-                      self.fp16_overflow, self.hccl_rules, self.warned, self.graph_ops):
+                      self.fp16_overflow, self.hccl_rules, self.warned, self.graph_ops, self.fused):
                 c.clear()
             self.compiled_graphs = 0
             return
@@ -40,6 +40,8 @@ class Recorder:
         self.warned: set[str] = set()
         self.compiled_graphs = 0  # graphs torch.compile compiled for npu (emulator.compile)
         self.graph_ops: Counter = Counter()  # ATen op -> occurrences in those graphs (counted at compile)
+        # torch_npu fused operator -> calls (ascendify.emulator.fused; the ATen ops it ran count in ``ops`` too)
+        self.fused: Counter = Counter()
 
     def op_counts(self) -> dict[str, int]:
         named: Counter = Counter()

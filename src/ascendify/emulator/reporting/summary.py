@@ -22,6 +22,7 @@ def build() -> dict:
         "ops_run": sum(ops.values()),
         "distinct_ops": len(ops),
         "ops": ops,
+        "fused_ops": dict(rec.fused.most_common()),
         "cpu_fallback_on_npu": dict(rec.no_npu_kernel.most_common()),
         "rejected": dict(rec.rejected.most_common()),
         "unsupported_apis": dict(rec.unsupported_apis.most_common()),
@@ -55,6 +56,9 @@ def render(rep: dict, console=None, top: int = 10) -> None:
     t.add_column("what")
     t.add_column("value", justify="right")
     t.add_row("ops run on the emulated npu", f"{rep['ops_run']:,} ({rep['distinct_ops']} distinct)")
+    fused = rep.get("fused_ops") or {}
+    if fused:
+        t.add_row("torch_npu fused operators", f"{sum(fused.values()):,} ({len(fused)} distinct)")
     t.add_row("ops a real NPU runs on its CPU fallback", str(sum(rep["cpu_fallback_on_npu"].values())))
     t.add_row("rejected (a setting in mode error)", str(sum(rep["rejected"].values())))
     t.add_row("APIs unsupported on every chip", str(sum(rep["unsupported_apis"].values())))
@@ -72,7 +76,8 @@ def render(rep: dict, console=None, top: int = 10) -> None:
     console.print(t)
     for line in graph_mode_lines(g):
         console.print(line, markup=False, highlight=False)
-    for key, title in (("cpu_fallback_on_npu", "ops with no NPU kernel (CPU fallback on hardware)"),
+    for key, title in (("fused_ops", "torch_npu fused operators (the ATen ops they ran: above)"),
+                       ("cpu_fallback_on_npu", "ops with no NPU kernel (CPU fallback on hardware)"),
                        ("unsupported_apis", "APIs unsupported on every Ascend chip"),
                        ("float64_events", "float64 on npu"), ("fp16_overflow_events", "fp16/bf16 overflow"),
                        ("hccl_rule_violations", "HCCL rules a real NPU enforces (hccl_rules.json)"),
