@@ -143,7 +143,7 @@ def test_progress_and_terminal_summary(demo):
     text = proc.stdout
     for step in st.ALL_STEPS:
         assert re.search(rf"^{step}\s", text, re.M), step
-    assert re.search(r"^OK: the migrated project runs on the emulated NPU", text, re.M)
+    assert re.search(r"^OK: proven: the migrated project runs on the emulated NPU", text, re.M)
     assert "report.html" in text
 
 

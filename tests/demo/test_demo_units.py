@@ -193,8 +193,9 @@ def test_environment_scans_of_the_migrated_tree(tmp_path):
 
 def test_everything_skipped_still_writes_the_report_and_json(tmp_path):
     p = _cli("--quick", "--skip", ALL, "--json", "--out", str(tmp_path / "o"), cwd=tmp_path)
-    assert p.returncode == 0, p.stderr
+    assert p.returncode == 5, p.stderr  # nothing ran, so nothing is proven: never a bare OK
     data = json.loads(p.stdout)
+    assert data["verdict"]["status"] == "not proven" and "the runs did not run" in data["verdict"]["text"]
     assert {s["id"]: s["status"] for s in data["steps"]} == {**{s: "skip" for s in st.STEP_IDS},
                                                              "checklist": "ok", "report": "ok"}
     assert data["checklist"]["n/a"] == len(data["checklist"]["items"]) and data["checklist"]["fail"] == 0
@@ -210,13 +211,13 @@ def test_out_folder_rules(tmp_path):
     assert p.returncode == 2 and str(foreign) in p.stderr and "--force" in p.stderr
     assert sorted(x.name for x in foreign.iterdir()) == ["mine.txt"]  # nothing written
     p = _cli("--skip", ALL, "--out", str(foreign), "--force", cwd=tmp_path)
-    assert p.returncode == 0, p.stderr
+    assert p.returncode == 5, p.stderr  # written; nothing proven
     assert (foreign / "mine.txt").read_text() == "keep me" and (foreign / "report.html").is_file()
     # an earlier demo's folder is reused without --force, its old outputs cleared
     (foreign / "logs").mkdir()
     (foreign / "logs" / "stale.log").write_text("old")
     p = _cli("--skip", ALL, "--out", str(foreign), cwd=tmp_path)
-    assert p.returncode == 0 and not (foreign / "logs" / "stale.log").exists()
+    assert p.returncode == 5 and not (foreign / "logs" / "stale.log").exists()
     a_file = tmp_path / "file"
     a_file.write_text("x")
     assert _cli("--skip", ALL, "--out", str(a_file), cwd=tmp_path).returncode == 2
@@ -301,7 +302,7 @@ def test_a_verb_missing_from_the_build_skips_its_step_visibly(tmp_path, monkeypa
     monkeypatch.setattr(st, "verb_available", lambda verb: verb not in ("bench", "doctor", "migrate", "run",
                                                                         "emulate"))
     result = demo_pkg.run_demo(demo_pkg.DemoOptions(out=tmp_path / "o", quick=True, device="cpu", lanes=1))
-    assert result.exit_code == 0
+    assert result.exit_code == 5 and result.verdict[0] == "not proven"  # no run: nothing proven
     doctor = result.steps["doctor"]
     assert doctor.status == "skip" and doctor.headline == "skipped: ascendify doctor is not available in this build"
     # steps that wait on a skipped one say which
@@ -341,7 +342,10 @@ def test_jobs_for_each_target(tmp_path):
     t, g = emu["train-target"], emu["train-golden"]
     assert t.argv[:3] == ["emulate", "--devices", "1"] and t.deps == ("stage-target",)
     # each run works in a scratch copy: the project and the migrated copy are never written by a run
-    assert emu["stage-target"].deps == ("migrate",) and emu["stage-target"].argv[-1].endswith("runs/target/project")
+    assert emu["stage-target"].deps == ("migrate",) and emu["stage-target"].argv[3].endswith("runs/target/tree/"
+                                                                                               "cuda_project")
+    # the project's neighbours are linked beside each copy (../data resolves as without port)
+    assert emu["stage-target"].argv[4:6] == ["--mirror", str(demo_pkg.find_project().parent)]
     assert emu["stage-golden"].argv[2] == str(demo_pkg.find_project())
     assert t.argv[-1] == "--device=npu" and g.argv[-1] == "--device=cuda"  # the command's CUDA means the NPU there
     assert g.argv[:3] == ["run", "--to", "cpu"] and "ASCENDIFY_EMULATE" not in g.env
@@ -349,7 +353,8 @@ def test_jobs_for_each_target(tmp_path):
     assert g.env["ASCENDIFY_OBSERVE"] != t.env["ASCENDIFY_OBSERVE"]
     assert g.env["ASCENDIFY_OBSERVE_STEPS"] == t.env["ASCENDIFY_OBSERVE_STEPS"] == "3"
     assert g.env["ASCENDIFY_OBSERVE_SEED"] == t.env["ASCENDIFY_OBSERVE_SEED"]
-    assert g.cwd == str(tmp_path / "runs" / "golden" / "project") and t.cwd == str(tmp_path / "runs" / "target" / "project")
+    assert g.cwd == str(tmp_path / "runs" / "golden" / "tree" / "cuda_project")
+    assert t.cwd == str(tmp_path / "runs" / "target" / "tree" / "cuda_project")
     assert emu["bench-cpu"].exclusive and emu["bench-target"].exclusive  # timings run alone
     lock = emu["lockstep"].argv
     assert lock[:2] == ["-m", "ascendify.port.lockstep"] and lock[lock.index("--target-device") + 1] == "npu"
@@ -364,8 +369,16 @@ def test_jobs_for_each_target(tmp_path):
     assert t.argv[:3] == ["run", "--to", "cuda"] and t.deps == ("stage-target",) and t.argv[-1] == "--device=cuda"
     assert cuda["stage-target"].deps == ()  # the original itself runs on the GPU: no migration to wait for
     assert cuda["bench-target"].argv[cuda["bench-target"].argv.index("--device") + 1] == "cuda"
-    for j in [*emu.values(), *npu.values(), *cuda.values()]:
-        assert j.shown and str(demo_pkg.find_project()) not in j.shown and str(tmp_path) not in j.shown, j.shown
+    for j in [*emu.values(), *npu.values(), *cuda.values()]:  # from the report folder: no path of its own
+        assert j.shown and str(tmp_path) not in j.shown, j.shown
+    # a project beside the report folder is named as the shell there reaches it, and every command runs as shown
+    proj = tmp_path / "proj"
+    ctx = st.Context(out=tmp_path / "proj-npu-report", project=proj, migrated=tmp_path / "proj-npu",
+                     command=["python", "t.py"], target="emulated", target_reason="", lanes=1)
+    shown = {j.name: j.shown for j in st.build_jobs(ctx)}
+    assert shown["migrate"] == "ascendify migrate ../proj -o ../proj-npu --to npu --report migrate/report"
+    assert shown["stage-golden"] == "python -m ascendify.port.stage ../proj runs/golden/tree/proj --mirror .."
+    assert shown["train-golden"].startswith("cd runs/golden/tree/proj && ascendify run --to cpu -- python t.py")
 
 
 def test_an_installed_wheel_carries_the_demo_project(tmp_path):

@@ -140,3 +140,62 @@ def test_random_draws_off_the_cpu_are_counted_with_their_place(tmp_path):
     assert set(draws) == {"torch.rand", "F.dropout"} and draws["torch.rand"]["calls"] == 3
     assert draws["torch.rand"]["device"] == "meta" and draws["torch.rand"]["first_at"].startswith("test_observe.py:")
     assert torch.rand.__module__ != __name__  # unpatched again
+
+
+def test_a_time_budget_stops_an_evaluation_loop_before_the_first_step(tmp_path):
+    # a training program that evaluates first (nanoGPT's estimate_loss): the budget stops it wherever it is, and
+    # what it saw is no inference program: no output curve stands in for the missing steps
+    import time
+
+    from ascendify.port.steps import history_of
+
+    obs = observe.Observer(str(tmp_path), steps=5, seconds=0.3, seed=0, root=str(tmp_path))
+    obs.install()  # as in a run: before the program builds anything
+    model = nn.Linear(3, 2)
+    opt = torch.optim.AdamW(model.parameters())
+    calls = 0
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(observe.StopRun) as stop:
+            model.eval()
+            with torch.no_grad():
+                while time.monotonic() - t0 < 20:  # far past the budget if nothing stops it
+                    model(torch.randn(4, 3))
+                    calls += 1
+                    time.sleep(0.01)
+            opt.step()
+    finally:
+        data = obs.finish(0)
+    assert time.monotonic() - t0 < 5 and calls > 3
+    assert stop.value.reason == data["stopped"] == "time budget of 0.3 s spent before the first step"
+    assert data["training"] is True and data["optimizers_built"] == ["AdamW"] and data["iterations"] == []
+    assert "output_mean" not in history_of(data) and history_of(data)["step"] == []
+    import signal
+
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)  # the timer is gone with the observer
+
+
+def test_each_loss_column_names_its_backward_and_optimizer(tmp_path):
+    # a DCGAN's D step calls backward() twice (real, fake) before its optimizer steps; G's once
+    g, d = nn.Linear(2, 2), nn.Linear(2, 1)
+    og, od = torch.optim.Adam(g.parameters()), torch.optim.Adam(d.parameters())
+    obs = _observer(tmp_path, steps=2)
+    try:
+        with pytest.raises(observe.StopRun):
+            for _ in range(10):
+                od.zero_grad()
+                d(torch.randn(3, 2)).mean().backward()
+                fake = g(torch.randn(3, 2))
+                d(fake.detach()).mean().backward()
+                od.step()
+                og.zero_grad()
+                (-d(fake).mean()).backward()
+                og.step()
+    finally:
+        data = obs.finish(0)
+    s = [(x["series"], x["optimizer_index"], x["backward"], x["of"]) for x in data["loss_series"]]
+    assert s == [("loss", 0, 1, 2), ("loss_2", 0, 2, 2), ("loss_3", 1, 1, 1)]
+    assert [x["models"] for x in data["loss_series"]] == [["d"], ["d"], ["g"]]
+    from ascendify.port.render import series_text
+
+    assert series_text(data["loss_series"][2]) == "loss_3: the backward() before optimizer 2 (Adam).step(), of g"

@@ -264,3 +264,56 @@ def test_a_compiled_trainer_compiles_on_both_sides_and_lockstep_runs_the_eager_m
     assert "on the eager model" in compare["headline"]
     html = (rep / "report.html").read_text()
     assert "lockstep runs the eager model" in html and "torch.compile: graphs compiled" in html
+
+
+def test_a_time_budget_stops_a_run_before_its_first_step_and_proves_nothing(tmp_path):
+    # evaluates for ~40 s before training: --time-budget 4 stops both runs in that loop, wherever they are
+    import time
+
+    t0 = time.monotonic()
+    p, data, rep, _ = port(tmp_path, "evalfirst", "--time-budget", "4", "--skip", "doctor,bench",
+                           command=["python", "train.py"])
+    assert time.monotonic() - t0 < 4 + 90, "the budget did not stop the runs"
+    assert p.returncode == 5, p.stdout + p.stderr
+    assert data["verdict"]["status"] == "not proven"
+    assert "neither run made a training step within the time budget (4 s)" in data["verdict"]["text"]
+    train = _step(data, "train")
+    g = train["facts"]["runs"]["golden"]
+    assert g["training"] is True and "output_mean" not in g["history"]  # not taken for an inference program
+    assert "before the first step" in g["stopped"]
+    assert "no training step within the time budget" in train["headline"]
+    items = {i["id"]: i["mark"] for i in data["checklist"]["items"]}
+    assert "✓" not in (items["code.runs-on-target"], items["code.auto-migration"], items["prec.curves"])
+
+
+def test_nan_losses_on_both_sides_are_never_ok(tmp_path):
+    # weights never initialised (NaN on purpose): both runs' losses are NaN from the first step, and the lockstep
+    # cannot compare a reference that computes NaN: not proven, never OK, never a finding of the port
+    p, data, rep, _ = port(tmp_path, "nanloss", "--steps", "3", "--skip", "doctor,bench",
+                           command=["python", "train.py"])
+    assert p.returncode == 5, p.stdout + p.stderr
+    text = data["verdict"]["text"]
+    assert data["verdict"]["status"] == "not proven" and "the losses are nan on both sides from step 0" in text
+    assert "the original's model has NaN/inf in 1 tensor(s) before its first step (weight)" in text
+    items = {i["id"]: i["mark"] for i in data["checklist"]["items"]}
+    assert items["code.runs-on-target"] == items["prec.curves"] == items["prec.lockstep"] == "n/a"
+
+
+def test_a_program_that_reads_the_data_beside_its_folder_runs_as_without_port(tmp_path):
+    # pytorch/examples' layout: PROJECT/../data; the runs' scratch copies see the same neighbours
+    shutil.copytree(PROJECTS / "dataparent", tmp_path / "examples")
+    src = tmp_path / "examples" / "proj"
+    before = _tree(tmp_path / "examples")
+    p = subprocess.run([sys.executable, "-m", "ascendify", "port", str(src), "--steps", "3", "-q", "--skip",
+                        "doctor,bench", "--", "python", "train.py"], capture_output=True, text=True, timeout=600,
+                       env={**__import__("os").environ, "COLUMNS": "80"})
+    rep = tmp_path / "examples" / "proj-npu-report"
+    data = json.loads((rep / "report.json").read_text())
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert data["verdict"]["text"].startswith("proven:")
+    assert {k: v for k, v in _tree(tmp_path / "examples").items() if k.startswith(("proj/", "data/"))} == \
+        {k: v for k, v in before.items()}  # the neighbours were read, not written
+    # every command the report shows runs from the report folder: the project is reached as ../proj
+    shown = [j["command"] for s in data["steps"] for j in s["jobs"]]
+    assert "ascendify migrate ../proj -o ../proj-npu --to npu --report migrate/report" in shown
+    assert (rep / "runs" / "golden" / "tree" / "data").is_symlink()

@@ -148,9 +148,11 @@ def test_port_overflow_end_to_end_names_the_op_and_the_skipped_steps(tmp_path):
 
 
 def test_a_loss_that_went_nan_is_said_not_a_crash():
-    """A float16 run whose loss turned NaN: JSON gives it back as a string; the checklist and headline say it."""
-    train = st.StepResult("train", status="ok", facts={"runs": {"target": {
-        "returncode": 0, "history": {"step": [0, 1], "loss": [0.5, "NaN"]}}}})
+    """A float16 run whose loss turned NaN: JSON gives it back as a string; the checklist says it, as a finding
+    where the original's loss stayed finite (never a ✓ on a NaN loss), and not a crash."""
+    run = {"returncode": 0, "training": True, "history": {"step": [0, 1], "loss": [0.5, "NaN"]}}
+    fine = {"returncode": 0, "training": True, "history": {"step": [0, 1], "loss": [0.5, 0.4]}}
+    train = st.StepResult("train", status="ok", facts={"runs": {"target": run, "golden": fine}})
     v = cl.evaluate_item("code.runs-on-target", {"train": train}, "emulated")
-    assert v.mark == cl.PASS and v.evidence.endswith("final loss NaN")
+    assert v.mark == cl.FAIL and v.evidence.endswith("but the loss is NaN from step 1")
     assert st.number_text("NaN") == "NaN" and st.number_text(0.5) == "0.5"

@@ -70,7 +70,9 @@ def observe_if_asked() -> None:
     from ascendify.port import observe
     from ascendify.program import scriptrun
 
-    if observe.install_from_env() is not None:
+    obs = observe.install_from_env()
+    if obs is not None:
+        scriptrun.at_program_start(obs.program_started)
         scriptrun.at_program_exit(observe.finish_active, hide=observe.__file__)
 
 

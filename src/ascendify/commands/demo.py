@@ -32,10 +32,10 @@ examples:
 real NPU or the emulated one; cuda: the GPU (the original runs there; the migrated copy needs an NPU);
 cpu: the host only (the emulated NPU), whatever hardware is present.
 
-exit status: 0 every step ran and nothing failed; 1 a finding (a precision divergence, a failed doctor
+exit status: 0 proven (both runs trained, the lockstep matched); 1 a finding (a precision divergence, a failed doctor
 check, a checklist item ✗); 2 usage error (also: a non-empty OUT that no demo wrote, without --force);
 3 a step crashed (the report is still written, with the failure); 4 cannot start (no example project,
-OUT not writable)."""
+OUT not writable); 5 not proven (--skip compare or train: the verdict names what was not compared)."""
 
 STEPS = ("doctor", "migrate", "train", "compare", "bench")
 
@@ -71,7 +71,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         result = demo.run_demo(opts)
     except demo.DemoError as e:
-        print(f"ascendify demo: {e}", file=sys.stderr)
+        from ascendify.report.tables import fold
+
+        print(fold(f"ascendify demo: {e}"), file=sys.stderr)
         return e.code
     if args.json:
         from ascendify import report

@@ -36,10 +36,13 @@ examples:
   # the migrated run also watched for inf/NaN (fp16 overflows, GradScaler skips)
   ascendify port proj --overflow -- python train.py --amp
 
-exit status: 0 every step ran and nothing failed; 1 a finding (a divergence,
-a crash of the migrated copy only, a failed check); 2 usage error; 3 a
-missing dependency; 4 a step crashed, or the original program itself failed
-(then nothing can be compared: the report says so)."""
+exit status: 0 proven: both runs made their steps with finite losses and the
+lockstep matched; 1 a finding (a divergence, a crash of the migrated copy
+only, the migrated loss NaN, a failed check); 2 usage error; 3 a missing
+dependency; 4 a step crashed, or the original program itself failed (then
+nothing can be compared: the report says so); 5 not proven: a run made no
+step, the losses are NaN on both sides, or the lockstep did not compare
+(the verdict names what is missing)."""
 
 STEPS = ("doctor", "migrate", "train", "compare", "bench")
 
@@ -54,7 +57,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="training steps a run (an optimizer step, or a backward() where the program updates "
                         "by hand; default: %(default)s)")
     p.add_argument("--time-budget", type=float, default=None, metavar="S",
-                   help="also stop a run after S seconds (at a step's end)")
+                   help="also stop each run after S seconds, wherever it is (before its first step too)")
     p.add_argument("--device", choices=("auto", "npu", "cuda", "cpu"), default="auto",
                    help="where the NPU side runs (default: a real NPU, else the emulated NPU)")
     p.add_argument("--model", metavar="NAME|FILE:FACTORY",
@@ -100,6 +103,10 @@ def run(args: argparse.Namespace) -> int:
     if args.steps < 1:
         print("ascendify port: --steps must be at least 1", file=sys.stderr)
         return 2
+    if args.time_budget is not None and not 0 < args.time_budget < float("inf"):
+        print(f"ascendify port: --time-budget must be a number of seconds above 0, not {args.time_budget:g}",
+              file=sys.stderr)
+        return 2
     if not requires("ascendify port", "torch", "cloudpickle"):
         return 3
     from ascendify.port.jobs import default_lanes
@@ -113,7 +120,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         result = run_port(opts)
     except PortError as e:
-        print(f"ascendify port: {e}", file=sys.stderr)
+        from ascendify.report.tables import fold
+
+        print(fold(f"ascendify port: {e}"), file=sys.stderr)
         return e.code
     if args.json:
         from ascendify import report

@@ -59,3 +59,61 @@ def summarize(hits: list[dict[str, Any]]) -> list[dict[str, Any]]:
         )
         g["matches"].append({"line_no": h["line_no"], "line": h["line"], "pattern": h["pattern"]})
     return list(groups.values())
+
+
+_URL = re.compile(r"https?://[^\s'\"<>)]+")
+
+
+def specific_fix(entry: dict[str, Any], line: str, text: str = "") -> str:
+    """``entry``'s fix made specific to the line it matched (and the rest of the log, ``text``) where the entry
+    says how (its ``specific`` field): the package to install for a missing module (a torch companion such as
+    torchvision as the CPU build made for this torch), the whole URL a failed download asked for, the path a
+    missing file was opened at. Else the entry's own fix.
+
+    >>> e = next(x for x in entries() if x["id"] == "module-not-found")
+    >>> specific_fix(e, "ModuleNotFoundError: No module named 'cv2'")[:41]
+    'pip install opencv-python (the module cv2'
+    """
+    spec = entry.get("specific") or {}
+    fix = entry["fix"]
+    m = next((p.search(line) for p in _compiled_of(entry) if p.search(line)), None)
+    groups = m.groupdict() if m else {}
+    module = (groups.get("module") or "").split(".")[0] if "pip_names" in spec else ""
+    if module:
+        builds = spec.get("torch_builds") or {}
+        if module in (builds.get("versions") or {}):
+            try:
+                import torch
+
+                tv = torch.__version__.split("+")[0]
+            except ImportError:
+                tv = ""
+            minor = ".".join(tv.split(".")[:2])
+            want = builds["versions"][module].get(minor)
+            pin = f"=={want}.*" if want else ""
+            return (f"pip install '{module}{pin}' --index-url {builds['index']}: {module} is {builds['note']}"
+                    + (f" (torch {tv} here)" if tv else "") + ".")
+        pip = spec["pip_names"].get(groups.get("module") or "", spec["pip_names"].get(module, module))
+        named = f" (the module {module} comes from the package {pip})" if pip != module else ""
+        return (f"pip install {pip}{named} into the environment that runs the program, with the project's own "
+                "requirements; if it is CUDA-only (flash_attn, apex, xformers), `ascendify migrate` lists what "
+                "replaces it on Ascend.")
+    if spec.get("url"):
+        urls = _URL.findall(text or line)
+        if urls:
+            url = urls[-1].rstrip(".,;:")
+            hub = any(h in url for h in spec.get("hub_hosts") or ())
+            if hub:
+                return (f"the program fetches {url}: download it once where the network is reachable, then run "
+                        "with HF_HUB_OFFLINE=1 and the filled cache (or point the program at a local copy).")
+            return (f"the program downloads {url}, and this machine cannot reach it: download the file where the "
+                    "network is reachable and put it where the program looks for it (its data folder), or use "
+                    "synthetic data for the port check.")
+    if spec.get("path") and groups.get("path"):
+        return (f"the program opened {groups['path']!r}, which is not there (relative paths are read from the "
+                f"folder the program runs in). {fix}")
+    return fix
+
+
+def _compiled_of(entry: dict[str, Any]) -> list[re.Pattern[str]]:
+    return next((pats for e, pats in _compiled() if e is entry), [re.compile(p, re.I) for p in entry["patterns"]])

@@ -5,7 +5,7 @@ has an evaluator here, registered under the same id: a small function whose docs
 evaluator gets the step results by id and returns a :class:`Verdict`: ``✓`` (pass), ``✗`` (fail) or ``n/a``
 (not applicable here, or its step did not run), always with the evidence, and the report section that shows it.
 
->>> from ascendify.port.steps import StepResult
+>>> from ascendify.port.steps import StepResult, number_text
 >>> doctor = StepResult("doctor", status="ok", facts={"summary": {"fail": 0, "ok": 8}, "checks": {}})
 >>> evaluate_item("env.doctor-clean", {"doctor": doctor}, target="emulated").mark
 '✓'
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ascendify.core import knowledge
-from ascendify.port.steps import StepResult
+from ascendify.port.steps import StepResult, number_text
 
 PASS, FAIL, NA = "✓", "✗", "n/a"
 
@@ -82,6 +82,8 @@ def evaluate_item(item_id: str, steps: Steps, target: str) -> Verdict:
         return fn(steps, target)
     except _NotRun as e:
         return Verdict(NA, str(e), e.step)
+    except Exception as e:  # noqa: BLE001 (an evaluator's own bug: said on its item, the report still written)
+        return Verdict(NA, f"not evaluated: {item_id}'s evaluator failed ({type(e).__name__}: {e})")
 
 
 def evaluate(steps: Steps, target: str, flags: frozenset[str] = frozenset()) -> list[dict[str, Any]]:
@@ -202,20 +204,36 @@ def _runs(steps: Steps) -> dict[str, Any]:
 
 @evaluator("code.runs-on-target")
 def _runs_on_target(steps: Steps, target: str) -> Verdict:
-    """The target run exited 0 and made its steps (or, with no training step, its model calls; a CUDA target runs
-    the original: n/a)."""
+    """The target run exited 0 (or was stopped after its steps) and made its steps with a finite final loss (or,
+    an inference program, its model calls); a training program that made no step proves nothing (✗); a CUDA
+    target runs the original: n/a."""
+    from ascendify.port import proof
+
     r = _runs(steps).get("target", {})
     if target == "cuda":
         return Verdict(NA, "the target is a CUDA GPU: the migrated copy needs an NPU (real or emulated)", "train")
-    if r.get("skipped"):
+    if r.get("skipped") and not r.get("history"):
         return Verdict(NA, str(r["skipped"]), "train")
     hist = r.get("history") or {}
-    if r.get("returncode") == 0 and hist.get("step"):
-        where = "the emulated NPU" if target == "emulated" else "the Ascend NPU"
-        if hist.get("loss"):
-            return Verdict(PASS, f"{len(hist['step'])} steps on {where}, final loss {_num(hist['loss'][-1])}", "train")
-        return Verdict(PASS, f"{len(hist['step'])} model calls on {where} (no training step)", "train")
-    return Verdict(FAIL, f"exit status {r.get('returncode')}", "train")
+    where = "the emulated NPU" if target == "emulated" else "the Ascend NPU"
+    if r.get("returncode") not in (0, None) and not (r.get("skipped") or r.get("stopped_by_port")):
+        return Verdict(FAIL, f"exit status {r.get('returncode')}", "train")
+    g = _runs(steps).get("golden", {})
+    if proof.is_training(r) or proof.is_training(g) or "time budget" in (r.get("stopped") or ""):
+        n = proof.steps_made(r)
+        if not n:  # a finding where the original trained; no evidence at all where neither run did
+            other = proof.steps_made(g)
+            return Verdict(FAIL if other else NA, f"no training step made on {where} {proof.why_no_step(r)}".rstrip()
+                           + ("" if other else "; the original made none either"), "train")
+        bad = proof.first_nonfinite(r)
+        if bad:  # a finding where the original's loss stays finite; no evidence where it is NaN too
+            both = proof.first_nonfinite(_runs(steps).get("golden", {}))
+            return Verdict(NA if both else FAIL, f"{n} steps on {where}, but the loss is {bad[1]} from step "
+                           f"{bad[0]}" + ("; the original's too: nothing to compare" if both else ""), "train")
+        return Verdict(PASS, f"{n} steps on {where}, final loss {_num(hist['loss'][-1])}", "train")
+    if proof.model_calls(r):
+        return Verdict(PASS, f"{proof.model_calls(r)} model calls on {where} (no training step)", "train")
+    return Verdict(FAIL, f"no model call on {where}", "train")
 
 
 def _num(x) -> str:
@@ -237,12 +255,20 @@ def _no_cpu_fallback(steps: Steps, target: str) -> Verdict:
 
 @evaluator("code.auto-migration")
 def _auto_migration(steps: Steps, target: str) -> Verdict:
-    """``ascendify run --to cpu`` on the original: exit 0, no unmapped device."""
+    """``ascendify run --to cpu`` on the original: exit 0, no unmapped device, and its steps made (or its model
+    called): a program that exited on its own before training took another branch than on a GPU."""
+    from ascendify.port import proof
+
     r = _runs(steps).get("golden", {})
-    if r.get("skipped"):
+    if r.get("skipped") and not r.get("history"):
         return Verdict(NA, str(r["skipped"]), "train")
-    if r.get("returncode") != 0:
+    if r.get("returncode") not in (0, None) and not (r.get("skipped") or r.get("stopped_by_port")):
         return Verdict(FAIL, f"exit status {r.get('returncode')}", "train")
+    count = proof.steps_made if proof.is_training(r) else proof.model_calls
+    if not count(r):  # no evidence that it ran as on a GPU (the verdict says "not proven")
+        what = "training step" if proof.is_training(r) else "model call"
+        return Verdict(NA, f"no evidence: the unmodified original made no {what} under ascendify run --to cpu "
+                           f"{proof.why_no_step(r)}".rstrip(), "train")
     unmapped = int(r.get("unmapped") or 0)
     text = (f"unmodified original ran on the CPU: {r.get('redirected', '?')} CUDA APIs redirected, "
             f"{r.get('unsupported', 0)} unsupported, {unmapped} unmapped devices")
@@ -278,6 +304,10 @@ def _perf_baseline(steps: Steps, target: str) -> Verdict:
                            "samples/s): a speed comparison needs a real NPU", "bench")
     if not best["cpu"]:
         return Verdict(FAIL, "the CPU baseline measured nothing", "bench")
+    unstable = b.get("unstable") or {}
+    if unstable:  # a busy machine: no speed-up is claimed from figures that moved that much
+        return Verdict(NA, "unstable figures (" + ", ".join(f"{k}: repeats differ {v:.2g}x" for k, v in unstable.items())
+                       + "): the machine was busy; bench again on an idle machine", "bench")
     return Verdict(PASS, f"{best['target'] / best['cpu']:.2f}x the CPU ({best['target']:.3g} vs "
                          f"{best['cpu']:.3g} samples/s)", "bench")
 
@@ -306,8 +336,8 @@ def _perf_advice(steps: Steps, target: str) -> Verdict:
 
 def _compare(steps: Steps, key: str) -> dict[str, Any]:
     d = _need(steps, "compare").facts.get(key) or {}
-    if d.get("skipped"):
-        raise _NotRun("compare", f"ran no {key} comparison ({d['skipped']})")
+    if d.get("skipped") or not d.get("verdict"):
+        raise _NotRun("compare", f"ran no {key} comparison ({d.get('skipped') or 'no verdict'})")
     return d
 
 
@@ -318,7 +348,8 @@ def _prec_lockstep(steps: Steps, target: str) -> Verdict:
     e2e = d.get("end_to_end") or {}
     text = f"{d.get('verdict')}: {d.get('matched', 0)} matched calls"
     if e2e.get("cosine") is not None:
-        text += f", end-to-end cosine {e2e['cosine']:.6f}, relative L2 {e2e.get('rel_l2', 0):.2e}"
+        text += (f", end-to-end cosine {number_text(e2e['cosine'], '.6f')}, relative L2 "
+                 f"{number_text(e2e.get('rel_l2', 0), '.2e')}")
     if d.get("first_divergence"):
         fd = d["first_divergence"]
         text += f"; first divergence at {fd.get('name', fd) if isinstance(fd, dict) else fd}"
@@ -331,6 +362,11 @@ def _prec_curves(steps: Steps, target: str) -> Verdict:
     d = _compare(steps, "curves")
     if d.get("verdict") == "not comparable":
         return Verdict(NA, f"not comparable: {d.get('why')}", "compare")
+    if d.get("nonfinite"):
+        return Verdict(NA, f"nothing to compare: the losses are {d['nonfinite']}", "compare")
+    if d.get("constant"):
+        return Verdict(NA, f"the loss is {d['constant']} at every step: a constant curve agrees with anything and "
+                           "proves nothing (the lockstep decides)", "compare")
     loss = (d.get("series") or {}).get("loss", {})
     text = f"{d.get('verdict')} within {d.get('tolerance', 0.05):g}"
     if loss:

@@ -39,6 +39,7 @@ class Job:
     shown: str = ""  # the command as a person would type it (for the report)
     ok_codes: tuple[int, ...] = (0, 1)  # exit statuses after which the jobs that wait on this one may run
     exclusive: bool = False  # runs alone (a timing: the bench), whatever the lanes
+    stop_after: float | None = None  # asked to stop as a Ctrl-C would after this many seconds (--time-budget)
     # filled in by run_jobs
     returncode: int | None = None
     seconds: float = 0.0
@@ -47,6 +48,7 @@ class Job:
     output: str = ""
     timed_out: bool = False
     skipped: str | None = None  # why it did not run
+    stopped_at: float | None = None  # when it was asked to stop at its stop_after (then it is not a crash)
     started: float = field(default=0.0, repr=False)
 
     @property
@@ -96,9 +98,11 @@ def run_jobs(
     log_dir: Path | None,
     on_done: Callable[[Job], None] | None = None,
     poll: float = 0.1,
+    on_tick: Callable[[list[Job]], None] | None = None,
 ) -> None:
     """Run ``jobs`` (in list order as their ``deps`` allow), at most ``lanes`` at a time. A job whose dependency
-    failed or was skipped is skipped too (``job.skipped`` says which). ``on_done(job)`` is called as each ends."""
+    failed or was skipped is skipped too (``job.skipped`` says which). ``on_done(job)`` is called as each ends,
+    ``on_tick(running jobs)`` at every poll (to show progress while waiting)."""
     by_name = {j.name: j for j in jobs}
     pending = [j for j in jobs if j.skipped is None]
     for j in jobs:
@@ -106,7 +110,7 @@ def run_jobs(
             on_done(j)
     running: dict[int, tuple[Job, subprocess.Popen, object]] = {}
     try:
-        _loop(pending, running, by_name, lanes, log_dir, on_done, poll)
+        _loop(pending, running, by_name, lanes, log_dir, on_done, poll, on_tick)
     finally:  # interrupted (Ctrl-C: the children have their own sessions and do not see it): stop them all
         _stop_all(list(running.values()))
 
@@ -134,7 +138,10 @@ def _stop_all(entries, grace: float = 5.0) -> None:
         fh.close()
 
 
-def _loop(pending, running, by_name, lanes, log_dir, on_done, poll) -> None:
+STOP_GRACE = 10.0  # seconds a job asked to stop at its stop_after has to write what it found, then killed
+
+
+def _loop(pending, running, by_name, lanes, log_dir, on_done, poll, on_tick=None) -> None:
     while pending or running:
         for j in list(pending):
             if len(running) >= lanes:
@@ -164,9 +171,19 @@ def _loop(pending, running, by_name, lanes, log_dir, on_done, poll) -> None:
                 pending.clear()
             continue
         time.sleep(poll)
+        if on_tick is not None:
+            on_tick([e[0] for e in running.values()])
         for pid, (j, proc, fh) in list(running.items()):
             done = _reap(j, proc)
-            if not done and time.monotonic() - j.started > j.timeout:
+            age = time.monotonic() - j.started
+            if not done and j.stop_after is not None and age > j.stop_after:
+                if j.stopped_at is None:  # past its budget (stuck where its own timer cannot reach): as Ctrl-C
+                    j.stopped_at = age
+                    _signal(proc, "SIGINT")
+                elif age > j.stopped_at + STOP_GRACE:
+                    _kill(proc)
+                    done = _reap(j, proc, block=True)
+            if not done and age > j.timeout:
                 j.timed_out = True
                 _kill(proc)
                 done = _reap(j, proc, block=True)
@@ -179,7 +196,7 @@ def _loop(pending, running, by_name, lanes, log_dir, on_done, poll) -> None:
 
 # a dependency "succeeded" when it ran to the end; exit 1 is a finding (a failed check, a divergence), not a crash
 def _dep_ok(job: Job) -> bool:
-    return not job.timed_out and job.returncode in job.ok_codes
+    return not job.timed_out and (job.returncode in job.ok_codes or job.stopped_at is not None)
 
 
 def _start(j: Job, log_dir: Path | None):
@@ -220,6 +237,15 @@ def _reap(j: Job, proc: subprocess.Popen, block: bool = False) -> bool:
     j.seconds = time.monotonic() - j.started
     j.cpu_seconds = usage.ru_utime + usage.ru_stime
     return True
+
+
+def _signal(proc: subprocess.Popen, name: str) -> None:
+    import signal
+
+    try:
+        os.killpg(proc.pid, getattr(signal, name))
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def _kill(proc: subprocess.Popen) -> None:

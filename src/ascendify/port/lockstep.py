@@ -93,6 +93,17 @@ def _load(path: str) -> Any:
         return cloudpickle.load(f)
 
 
+def nonfinite_tensors(model) -> list[str]:
+    """The parameters and buffers of ``model`` that hold NaN or inf (floating ones; meta tensors skipped)."""
+    import torch
+
+    out = []
+    for name, t in [*model.named_parameters(), *model.named_buffers()]:
+        if t.is_floating_point() and t.device.type != "meta" and not bool(torch.isfinite(t.detach()).all()):
+            out.append(name)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m ascendify.port.lockstep", description=__doc__.split("\n\n")[0])
     p.add_argument("--runs", help="the runs folder of ascendify port (golden/ and target/ hold observe.json): "
@@ -150,6 +161,11 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:  # noqa: BLE001 (whatever the unpickling raised, it is this step's failure)
         print(f"lockstep: cannot load the models or the batch: {type(e).__name__}: {e}", file=sys.stderr)
         return 3
+    bad = nonfinite_tensors(golden)
+    if bad:  # the reference computes NaN before any step (weights never initialised): no comparison can hold
+        print(f"lockstep: nothing to compare: the original's model has NaN/inf in {len(bad)} tensor(s) before its "
+              f"first step ({', '.join(bad[:3])}{', ...' if len(bad) > 3 else ''}): are they initialised?")
+        return 4
     ac = None if a.autocast == "none" else getattr(torch, a.autocast)
     settings = dict(kwargs=kwargs, golden_device="cpu", golden_dtype=torch.float32, target_device=a.target_device,
                     target_autocast=ac, eval_mode=not a.train_mode)
@@ -162,6 +178,10 @@ def main(argv: list[str] | None = None) -> int:
     weights = dict(result.weights or {})
     report.write_json(f"{a.out}/weights.json", weights)
     grads = {"skipped": skipped} if skipped else gradients.summary(result)
+    if not skipped:  # what the backward calls cover: the model's trainable tensors and their elements
+        trainable = [p for p in golden.parameters() if p.requires_grad]
+        grads["parameter_tensors"] = len(trainable)
+        grads["parameters"] = sum(p.numel() for p in trainable)
     report.write_json(f"{a.out}/gradients.json", grads)
     result.meta["model"] = model_name or type(target).__name__
     cr.write_outputs(result, a.out)

@@ -164,6 +164,9 @@ class Observer:
         self.random_draws: dict[str, dict[str, Any]] = {}  # api -> {device, calls, first_at}
         self._patches = None
         self._first_call_t: float | None = None
+        self.optimizers_built: list[str] = []  # every torch.optim optimizer constructed, stepped or not
+        self._timer_armed = False
+        self._progress_t = 0.0  # when progress.json was last written
 
     # -- switching on and off ----------------------------------------------------------------------------------
 
@@ -210,6 +213,14 @@ class Observer:
             return orig_backward(tensors, *args, **kwargs)
 
         self._patches.set(torch.autograd, "backward", backward)  # Tensor.backward calls it too
+        orig_init = torch.optim.Optimizer.__init__
+
+        def optimizer_init(opt, *args, **kwargs):
+            orig_init(opt, *args, **kwargs)
+            if type(opt).__module__.split(".")[0] != "ascendify":
+                obs.optimizers_built.append(type(opt).__name__)
+
+        self._patches.set(torch.optim.Optimizer, "__init__", optimizer_init)
         try:
             from torch.amp import GradScaler
 
@@ -231,10 +242,55 @@ class Observer:
 
         self._handles.append(register_optimizer_step_pre_hook(self._pre_step))
         self._handles.append(register_optimizer_step_post_hook(self._post_step))
+        self._arm_timer()  # again when the program starts (program_started), if the tool tells
         if self.overflow:  # last: the observer's own set-up is not watched
             from ascendify.precision.overflow import OverflowWatch
 
             self._watch = OverflowWatch("record").start()
+
+    def _arm_timer(self) -> None:
+        """``--time-budget``: a ``SIGALRM`` after the budget stops the program wherever it is (its evaluation
+        loop before the first step, a data preparation), not only at a step's end. Only the main thread can set
+        it; a program that has a ``SIGALRM`` handler of its own keeps it (the step-end check and the parent's
+        deadline still stop the run)."""
+        import signal
+        import threading
+
+        if self.seconds is None or threading.current_thread() is not threading.main_thread():
+            return
+        handler = signal.getsignal(signal.SIGALRM)
+        if handler not in (signal.SIG_DFL, None) and handler is not getattr(self, "_time_up", None):
+            return
+        obs = self
+
+        def time_up(signum, frame):
+            if obs._timer_armed:
+                obs._timer_armed = False
+                obs._stop(obs._budget_reason())
+
+        self._time_up = time_up
+        signal.signal(signal.SIGALRM, time_up)
+        signal.setitimer(signal.ITIMER_REAL, max(0.001, self.seconds - self._elapsed()))
+        self._timer_armed = True
+
+    def program_started(self) -> None:
+        """The program's own code starts now (``ascendify run``/``emulate`` say so after their set-up): the
+        budget counts from here."""
+        self._disarm_timer()
+        self.t0 = time.perf_counter()
+        self._arm_timer()
+
+    def _disarm_timer(self) -> None:
+        import signal
+
+        if self._timer_armed:
+            self._timer_armed = False
+            signal.setitimer(signal.ITIMER_REAL, 0)
+
+    def _budget_reason(self) -> str:
+        done = len(self.iterations)
+        return (f"time budget of {self.seconds:g} s spent" if done else
+                f"time budget of {self.seconds:g} s spent before the first step")
 
     def _patch_random(self, torch) -> None:
         """Random draws made on an accelerator use its generator, the reference run's the CPU's: the seeds cannot
@@ -300,6 +356,7 @@ class Observer:
         self._hooked = False  # the wrapper stays in place (undone at finish) but does nothing but call through
 
     def uninstall(self) -> None:
+        self._disarm_timer()
         for h in self._handles:
             h.remove()
         self._handles.clear()
@@ -416,8 +473,8 @@ class Observer:
         self._check_time()
 
     def _check_time(self) -> None:
-        if self.seconds is not None and self._elapsed() >= self.seconds and self.iterations:
-            self._stop(f"time budget of {self.seconds:g} s spent")
+        if self.seconds is not None and self._elapsed() >= self.seconds:
+            self._stop(self._budget_reason())
 
     def _pre_step(self, opt: Any, args: Any, kwargs: Any) -> None:
         key = id(opt)
@@ -464,8 +521,25 @@ class Observer:
             self._step_calls.append(self._watch.calls)
         if len(self.iterations) >= DISCOVERY_STEPS:
             self._unhook_modules()
+        if now - self._progress_t >= 1.0 or len(self.iterations) == 1:
+            self._write_progress(now)
+
+    def _write_progress(self, now: float) -> None:
+        """``progress.json`` (rank 0): the steps made so far, at most once a second, for ``port`` to say while it
+        waits."""
+        self._progress_t = now
+        if self.rank != 0:
+            return
+        try:
+            from ascendify.core.fileio import write_atomic
+
+            write_atomic(os.path.join(self.out, "progress.json"),
+                         f'{{"steps": {len(self.iterations)}, "seconds": {now:.2f}}}\n')
+        except OSError:
+            pass
 
     def _stop(self, reason: str) -> None:
+        self._disarm_timer()
         self.stop_reason = reason
         raise StopRun(reason)
 
@@ -510,10 +584,11 @@ class Observer:
         for key in self._opt_order:
             f = self.optimizers[key]
             owners = [m.get("name") or m["class"] for m in models if f["index"] in m["optimizers"]]
-            for _ in range(max((len(x) for x in f["losses"]), default=0)):
+            width = max((len(x) for x in f["losses"]), default=0)
+            for k in range(width):  # a DCGAN's D step has two backward()s (real, fake): backward k of width
                 n = len(series)
                 series.append({"series": "loss" if n == 0 else f"loss_{n + 1}", "optimizer": f["class"],
-                               "models": owners})
+                               "optimizer_index": f["index"], "models": owners, "backward": k + 1, "of": width})
         stopped = self.stop_reason or ("interrupted" if isinstance(error, KeyboardInterrupt) else
                                        "error" if error is not None else "ended")
         return {
@@ -528,8 +603,11 @@ class Observer:
             else None,
             "wall_seconds": round(self._elapsed(), 4),
             "first_model_call_at": self._first_call_t,
-            "step_unit": "optimizer step" if self.optimizers else ("backward" if self.backwards else None),
+            "step_unit": "optimizer step" if self.optimizers or self.optimizers_built else (
+                "backward" if self.backwards else None),
             "backwards": self.backwards,
+            "optimizers_built": self.optimizers_built,
+            "training": bool(self.optimizers or self.optimizers_built or self.backwards),
             "loss_fn": self.loss_fn,
             "grad_scaler": self.scaler,
             "iterations": self.iterations,

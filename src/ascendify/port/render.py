@@ -91,8 +91,11 @@ def html_report(result) -> report.HtmlReport:
     status, sentence = result.verdict
     name = result.project.name if result.project else "project"
     what = f"{'quick' if result.quick else 'default'} sizes" if result.verb == "demo" else " ".join(result.command)
+    sites = ((result.steps.get("migrate").facts if result.steps.get("migrate") else {}).get("totals") or {}).get(
+        "cuda_sites")
+    kind = " (CUDA)" if sites else (" (no CUDA code)" if sites == 0 else "")  # what migrate found, not assumed
     page = report.HtmlReport(
-        f"ascendify {result.verb}: {name} (CUDA) → Ascend NPU",
+        f"ascendify {result.verb}: {name}{kind} → Ascend NPU",
         subtitle=f"target: {st.TARGET_LABEL[result.target]} · {what} · exit {result.exit_code}",
     )
     _summary(page.section("Summary", anchor="summary"), result, status, sentence)
@@ -113,9 +116,10 @@ def html_report(result) -> report.HtmlReport:
 
 
 _EXIT_TEXT = {
-    "demo": {0: "every step ran, nothing failed", 1: "findings (see below)", 3: "a step crashed"},
-    "port": {0: "every step ran, nothing failed", 1: "findings (see below)",
-             4: "a step crashed, or the original program failed"},
+    "demo": {0: "proven: both runs made their steps and the lockstep matched", 1: "findings (see below)",
+             3: "a step crashed", 5: "not proven (see the verdict)"},
+    "port": {0: "proven: both runs made their steps and the lockstep matched", 1: "findings (see below)",
+             4: "a step crashed, or the original program failed", 5: "not proven (see the verdict)"},
 }
 
 
@@ -244,13 +248,13 @@ def _train(sec, res, result) -> None:
         r = runs.get(side, {})
         h = r.get("history") or {}
         sps = r.get("samples_per_s")
-        rows.append({"run": r.get("label") or side, "steps": len(h.get("step", [])),
+        rows.append({"run": r.get("label") or side, "ranks": r.get("ranks"), "steps": len(h.get("step", [])),
                      "first loss": h["loss"][0] if h.get("loss") else None,
                      "final loss": h["loss"][-1] if h.get("loss") else None,
                      "step ms": 1000 * r["step_seconds"] if r.get("step_seconds") else None,
                      "samples/s": sps, "time": _secs(r.get("seconds") or 0),
                      "exit": r.get("returncode") if not r.get("skipped") else r.get("skipped")})
-    sec.table([report.Column("run"), report.Column("steps", kind="number"),
+    sec.table([report.Column("run"), report.Column("ranks", kind="number"), report.Column("steps", kind="number"),
                report.Column("first loss", kind="number"), report.Column("final loss", kind="number"),
                report.Column("step ms", kind="number"), report.Column("samples/s", kind="number"),
                report.Column("time", align="right"), report.Column("exit")], rows,
@@ -278,9 +282,8 @@ def _train(sec, res, result) -> None:
         kv = {"loss (the tensor backward() ran on)": g.get("loss_fn") or "no backward() seen",
               "a step is": g.get("step_unit") or "no step seen (an inference program?)",
               "GradScaler": "used" if g.get("grad_scaler") else "not used (or disabled)",
-              "loss columns": "; ".join(f"{x['series']}: the loss before {x['optimizer']}.step() of "
-                                        f"{', '.join(x['models']) or 'parameters of no watched model'}"
-                                        for x in g.get("loss_series") or []) or "loss: one backward() a step",
+              "loss columns": "; ".join(series_text(x) for x in g.get("loss_series") or [])
+              or "loss: one backward() a step",
               "other root modules (no parameters)": ", ".join(f"{k} ×{v}" for k, v in (g.get("functions") or {})
                                                                .items()) or "none",
               "stopped": g.get("stopped"),
@@ -316,6 +319,22 @@ def _train(sec, res, result) -> None:
     if "redirected" in g:
         sec.kv({"CUDA APIs redirected to the CPU (ascendify run)": g.get("redirected"),
                 "unsupported": g.get("unsupported"), "unmapped devices": g.get("unmapped")})
+
+
+def series_text(x: dict) -> str:
+    """What one loss column is: which backward() before which optimizer's step, over which model.
+
+    >>> series_text({"series": "loss_2", "optimizer": "Adam", "optimizer_index": 0, "models": ["netD"],
+    ...              "backward": 2, "of": 2})
+    'loss_2: backward() 2 of 2 before optimizer 1 (Adam).step(), of netD'
+    >>> series_text({"series": "loss", "optimizer": "SGD", "models": ["model"]})
+    'loss: the backward() before SGD.step(), of model'
+    """
+    opt = (f"optimizer {x['optimizer_index'] + 1} ({x['optimizer']})" if x.get("optimizer_index") is not None
+           else x["optimizer"])
+    which = f"backward() {x['backward']} of {x['of']}" if (x.get("of") or 1) > 1 else "the backward()"
+    return (f"{x['series']}: {which} before {opt}.step(), of "
+            f"{', '.join(x.get('models') or []) or 'parameters of no watched model'}")
 
 
 def _overflow(sub, o: dict) -> None:
@@ -388,7 +407,7 @@ def _compare(sec, res, result) -> None:
         e2e = ls.get("end_to_end") or {}
         names = {"cosine": "cosine similarity", "rel_l2": "relative L2 error", "max_abs": "max absolute error",
                  "thousandth": "share within 1/1000", "five_thousandth": "share within 5/1000"}
-        sub.kv({names[k]: (f"{e2e[k]:.6f}" if k == "cosine" else e2e[k]) for k in names
+        sub.kv({names[k]: (st.number_text(e2e[k], ".6f") if k == "cosine" else e2e[k]) for k in names
                 if isinstance(e2e.get(k), (int, float))})
         w = ls.get("weights") or {}
         if w.get("differ") and not w.get("copied"):
@@ -407,7 +426,7 @@ def _compare(sec, res, result) -> None:
                      "why": f"no gradient on the {d['side']}" + (f" ({d['why']})" if d.get("why") else "")}
                     for d in gr.get("missing") or []]
             sub.kv({"gradients (one backward, loss: mean of squared outputs, module by module)":
-                    f"{gr['verdict']}: {gr.get('compared')} backward calls compared"
+                    f"{gr['verdict']}: {st.gradients_counted(gr)} compared"
                     + (f", first divergence in backward order: {gr['first']}" if gr.get("first") else "")})
             if bad:
                 sub.table([report.Column("where"), report.Column("rel L2", kind="number"),
@@ -484,8 +503,12 @@ def loss_png(result) -> bytes | None:
                             ("golden", "original, CPU")):
             h = runs.get(side, {}).get("history") or {}
             key = "loss" if h.get("loss") else "output_mean"
-            if h.get("step") and h.get(key):
-                series[label] = (h["step"], h[key])
+            # every loss column (a GAN's D and G losses), each named by its column
+            keys = [k for k in h if k.startswith("loss")] if key == "loss" else [key]
+            for k in keys:
+                ys = [y if isinstance(y, (int, float)) else float("nan") for y in h.get(k) or []]
+                if h.get("step") and ys:
+                    series[label if len(keys) == 1 else f"{label}: {k}"] = (h["step"], ys)
         if not series:
             return None
         what = "training loss per step" if key == "loss" else "model output mean per call (no training step)"
@@ -546,15 +569,20 @@ def _bench(sec, res, result) -> None:
                 dev = f"{dev} (emulated: host speed)"
             rows.append({"device": dev, "model": r.get("model"), "mode": r.get("mode"),
                          "batch": r.get("batch_size"), "precision": r.get("precision"), "status": r.get("status"),
-                         "samples/s": r.get("throughput"), "p50 ms": (r.get("latency_ms") or {}).get("p50"),
+                         "samples/s": r.get("throughput"),
+                         "spread": (f"{r['spread_ratio']:.2g}x" + ("" if r.get("stable", True) else " unstable"))
+                         if r.get("spread_ratio") else None,
+                         "p50 ms": (r.get("latency_ms") or {}).get("p50"),
                          "p90 ms": (r.get("latency_ms") or {}).get("p90"),
                          "peak MiB": r["peak_memory_bytes"] / 2**20 if r.get("peak_memory_bytes") else None})
     cols = [report.Column("device"), report.Column("model"), report.Column("mode"),
             report.Column("batch", kind="number"), report.Column("precision"), report.Column("status", kind="status"),
-            report.Column("samples/s", kind="number"), report.Column("p50 ms", kind="number"),
+            report.Column("samples/s", kind="number"), report.Column("spread"), report.Column("p50 ms", kind="number"),
             report.Column("p90 ms", kind="number"), report.Column("peak MiB", kind="number")]
     sec.table(cols, rows, caption="the model each run called, at the batch it received, with the run's AMP policy "
-                                  "(training: forward, a proxy loss, backward, an optimizer step)")
+                                  "(training: forward, a proxy loss, backward, an optimizer step); spread: the "
+                                  "fastest timed window over the slowest (over 1.3x after more tries: unstable, "
+                                  "the machine was busy, and no speed-up is claimed from it)")
     runs = result.steps["train"].facts.get("runs", {})
     real = {r.get("label"): r.get("step_seconds") for r in runs.values() if r.get("step_seconds")}
     if real:
@@ -597,7 +625,7 @@ def summary_text(result, width: int | None = None) -> str:
     for item in result.checklist:
         if item["mark"] == "✗":
             lines.append(_wrap(f"✗ {item['id']}: {item['evidence']}", width))
-    lines.append(_wrap(f"{status.upper()}: {sentence}", width))
+    lines.append(_wrap(f"{status.upper()}: {sentence.removeprefix(status + ': ')}", width))
     lines.append(_wrap(f"report: {_shown_path(result.out / 'report.html')}", width))
     return "\n".join(lines)
 

@@ -8,6 +8,7 @@ in it).
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sys
@@ -23,7 +24,7 @@ MARKER = ".ascendify-port"
 OLD_MARKERS = (".ascendify-demo",)  # what earlier versions left in a demo folder
 OWNED = ("doctor", "migrate", "runs", "train", "compare", "bench", "logs", "report.html", "report.json",
          "demo.json", MARKER, *OLD_MARKERS)
-EXIT_OK, EXIT_FINDING, EXIT_USAGE, EXIT_STEP_FAILED, EXIT_SETUP = 0, 1, 2, 3, 4
+EXIT_OK, EXIT_FINDING, EXIT_USAGE, EXIT_STEP_FAILED, EXIT_SETUP, EXIT_NOT_PROVEN = 0, 1, 2, 3, 4, 5
 
 
 class PortError(Exception):
@@ -79,9 +80,31 @@ class PortResult:
             return 130
         if any(s.status == "error" for s in self.steps.values()):
             return EXIT_SETUP if self.verb == "port" else EXIT_STEP_FAILED
-        if any(s.status == "fail" for s in self.steps.values()) or any(i["mark"] == "✗" for i in self.checklist):
+        if self._findings():
             return EXIT_FINDING
+        if self.gaps:
+            return EXIT_NOT_PROVEN
         return EXIT_OK
+
+    @property
+    def gaps(self) -> list[str]:
+        """What this run did not prove (:mod:`ascendify.port.proof`); empty: proven."""
+        from ascendify.port import proof
+
+        return proof.gaps(self.steps)
+
+    def _findings(self) -> list[str]:
+        """The findings, as sentences: failed steps' headlines, the migrated copy's loss going NaN where the
+        original's stays finite, failed checklist items."""
+        from ascendify.port import proof
+
+        out = [s.headline for s in self.steps.values() if s.status == "fail" and s.id in st.STEP_IDS]
+        nan = proof.nan_on_target_only(self.steps)
+        if nan:
+            out.append(nan)
+        if not out:
+            out = [i["id"] for i in self.checklist if i["mark"] == "✗"]
+        return out
 
     @property
     def verdict(self) -> tuple[str, str]:
@@ -98,19 +121,24 @@ class PortResult:
                              "compared: not the port's fault (see the train step; the migrated copy is kept)")
         if crashed:
             return "error", f"{', '.join(crashed)} failed to run: see the report (the other steps ran)"
-        fails = [s.id for s in self.steps.values() if s.status == "fail"]
-        xs = [i["id"] for i in self.checklist if i["mark"] == "✗"]
         where = st.TARGET_LABEL[self.target]
-        if fails or xs:
-            what = "; ".join(s.headline for s in self.steps.values() if s.status == "fail") or ", ".join(xs)
-            return "fail", f"findings on the {where}: {what}"
+        findings = self._findings()
+        if findings:
+            return "fail", f"findings on the {where}: {'; '.join(findings)}"
+        gaps = self.gaps
+        if gaps:
+            return "not proven", "not proven: " + "; ".join(gaps)
         skipped = [s.id for s in self.steps.values() if s.status == "skip" and s.id in st.STEP_IDS]
         tail = f" ({', '.join(skipped)} skipped)" if skipped else ""
         cv = (self.steps["compare"].facts.get("curves") or {}) if "compare" in self.steps else {}
         if cv.get("verdict") == "not comparable":
             tail += "; the curves are not comparable (random draws on the device), the lockstep matches"
-        return "ok", (f"the migrated project runs on the {where} and computes what the original computes"
-                      f"{tail}")
+        if cv.get("constant"):
+            tail += f"; the loss is {cv['constant']} at every step, so its curves say nothing: the lockstep decides"
+        from ascendify.port import proof
+
+        return "ok", (f"proven: the migrated project runs on the {where} and computes what the original computes "
+                      f"({proof.evidence(self.steps)}){tail}")
 
     def to_dict(self) -> dict[str, Any]:
         from ascendify import __version__
@@ -207,17 +235,28 @@ def check_migrated_out(out: Path, project: Path, force: bool) -> bool:
 
 
 class _Progress:
-    def __init__(self, stream: TextIO | None, total: int, verb: str = "port"):
-        self.stream, self.total, self.done, self.verb = stream, total, 0, verb
+    """Progress lines on stderr, folded to the terminal: each step once, numbered as in the report's table
+    (``[2/7] migrate``, whichever finishes first), and while the training runs go on, their steps so far."""
+
+    EVERY = 30.0  # seconds between two "still running" lines
+
+    def __init__(self, stream: TextIO | None, total: int, verb: str = "port", runs: Path | None = None):
+        self.stream, self.total, self.verb, self.runs = stream, total, verb, runs
         self.t0 = time.monotonic()
+        self.announced: set[str] = set()
+        self.next_wait = self.t0 + 2 * self.EVERY
 
     def say(self, text: str) -> None:
         if self.stream is not None:
-            print(f"ascendify {self.verb}: {text}", file=self.stream, flush=True)
+            from ascendify.report.tables import fold
+
+            print(fold(f"ascendify {self.verb}: {text}"), file=self.stream, flush=True)
 
     def job(self, job: Job) -> None:
         if job.skipped:
             state = job.skipped
+        elif job.stopped_at is not None and not job.timed_out:
+            state = f"stopped at the time budget, exit {job.returncode}"
         elif job.timed_out:
             state = "timed out"
         else:
@@ -225,9 +264,32 @@ class _Progress:
         self.say(f"  {job.name}: {state} ({job.seconds:.1f} s)")
 
     def step(self, res: st.StepResult) -> None:
-        self.done += 1
+        if res.id in self.announced:  # read again after Ctrl-C: said once
+            return
+        self.announced.add(res.id)
+        n = st.ALL_STEPS.index(res.id) + 1 if res.id in st.ALL_STEPS else len(self.announced)
         head = res.headline if len(res.headline) <= 90 else res.headline[:89] + "…"
-        self.say(f"[{self.done}/{self.total}] {res.id}: {res.status} ({time.monotonic() - self.t0:.0f} s) {head}")
+        self.say(f"[{n}/{self.total}] {res.id}: {res.status} ({time.monotonic() - self.t0:.0f} s) {head}")
+
+    def waiting(self, running: list[Job]) -> None:
+        """Every :attr:`EVERY` seconds while a training run goes on (the first after a minute): its steps so far,
+        or that it has made none yet."""
+        now = time.monotonic()
+        trains = [j for j in running if j.name.startswith("train-")]
+        if now < self.next_wait or not trains or self.runs is None:
+            return
+        self.next_wait = now + self.EVERY
+        parts = []
+        for j in trains:
+            side = j.name.removeprefix("train-")
+            try:
+                n = int(json.loads((self.runs / side / "progress.json").read_text()).get("steps") or 0)
+            except (OSError, ValueError, AttributeError):
+                n = 0
+            label = "original" if side == "golden" else "migrated"
+            parts.append(f"{label} {n} step{'s' if n != 1 else ''} so far" if n else
+                         f"{label}: no step yet after {now - j.started:.0f} s")
+        self.say("  train: " + ", ".join(parts))
 
 
 def check_factory(project: Path, spec: str) -> None:
@@ -314,6 +376,8 @@ def run_port(opts: PortOptions) -> PortResult:
         raise PortError("no command: give the project's own command after --, e.g. -- python train.py --lr 3e-4")
     if opts.steps < 1:
         raise PortError("--steps must be at least 1")
+    if opts.seconds is not None and not 0 < opts.seconds < float("inf"):
+        raise PortError(f"--time-budget must be a number of seconds above 0, not {opts.seconds:g}")
     from ascendify.program import Program, ProgramError
 
     env, command = split_assignments(list(opts.command))
@@ -344,7 +408,7 @@ def run_port(opts: PortOptions) -> PortResult:
                      seed=opts.seed, skip=frozenset(opts.skip), title=opts.verb, force_migrate=force_migrate,
                      entry=prog.path, model=opts.model, env=env, overflow=opts.overflow)
     (report_dir / "runs").mkdir(exist_ok=True)
-    prog_ = _Progress(opts.progress, len(st.ALL_STEPS), opts.verb)
+    prog_ = _Progress(opts.progress, len(st.ALL_STEPS), opts.verb, report_dir / "runs")
     prog_.say(f"{st.TARGET_LABEL[target]}: {why}")
     prog_.say(f"{opts.steps} steps a run, {opts.lanes} processes at a time; report in {report_dir}")
 
@@ -375,7 +439,7 @@ def run_port(opts: PortOptions) -> PortResult:
             prog_.step(res)
 
     try:
-        run_jobs(jobs, lanes=opts.lanes, log_dir=report_dir / "logs", on_done=read_ready)
+        run_jobs(jobs, lanes=opts.lanes, log_dir=report_dir / "logs", on_done=read_ready, on_tick=prog_.waiting)
     except KeyboardInterrupt:  # the children are stopped by run_jobs; write what was proven up to here
         interrupted = True
         prog_.say("interrupted: the children are stopped; writing the partial report")

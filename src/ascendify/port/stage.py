@@ -1,11 +1,16 @@
-"""``python -m ascendify.port.stage SRC DST``: a scratch copy of a project for one run of ``ascendify port``.
+"""``python -m ascendify.port.stage SRC DST [--mirror PARENT] [SKIP...]``: a scratch copy of a project for one run
+of ``ascendify port``.
 
 A program writes where it runs (checkpoints, samples, logs, ``out/``): the reference run must not overwrite the
 user's project, nor the migrated run fill the migrated copy with its outputs. Each run therefore works in a copy
-of its tree under the report folder (``runs/golden/project``, ``runs/target/project``). The copy leaves out what
-no run needs (``.git``, ``__pycache__``, virtual environments) and links files larger than ``LINK_ABOVE`` bytes
-instead of copying them (datasets and checkpoints, read by a run): a program that writes *into* such a file in
-place would reach the original, which the report says (``stage.json``).
+of its tree under the report folder (``runs/golden/tree/NAME``, ``runs/target/tree/NAME``, NAME the project's
+folder name). The copy leaves out what no run needs (``.git``, ``__pycache__``, virtual environments) and links
+files larger than ``LINK_ABOVE`` bytes instead of copying them (datasets and checkpoints, read by a run): a program
+that writes *into* such a file in place would reach the original, which the report says (``stage.json``).
+
+``--mirror PARENT`` (the folder the project sits in) links every other entry of PARENT beside the copy, so that a
+path the program reads above its own folder (``../data``, pytorch/examples' layout) resolves as it would without
+port; the migrated copy and the report folder are left out.
 """
 
 from __future__ import annotations
@@ -53,22 +58,60 @@ def stage(src: Path, dst: Path, *, skip: tuple[Path, ...] = ()) -> dict:
             "link_above_bytes": LINK_ABOVE}
 
 
+MAX_MIRRORED = 5000  # entries of PARENT linked at most (a project in a crowded home folder)
+
+
+def mirror(parent: Path, dst: Path, *, own: str, skip: tuple[Path, ...] = ()) -> list[str]:
+    """Link every entry of ``parent`` but ``own`` (the project) beside ``dst``; an entry in ``skip`` (the migrated
+    copy, the report folder) or above one of them is left out. Returns the names linked."""
+    skipped = [p.resolve() for p in skip]
+    linked: list[str] = []
+    try:
+        entries = sorted(parent.iterdir())[:MAX_MIRRORED]
+    except OSError:
+        return linked
+    for entry in entries:
+        if entry.name == own or (dst.parent / entry.name).exists():
+            continue
+        real = entry.resolve()
+        if any(real == s or real in s.parents for s in skipped):
+            continue
+        try:
+            os.symlink(entry, dst.parent / entry.name)
+            linked.append(entry.name)
+        except OSError:
+            continue
+    return linked
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
+    args = list(sys.argv[1:] if argv is None else argv)
+    parent = None
+    if "--mirror" in args:
+        i = args.index("--mirror")
+        parent = Path(args[i + 1]) if i + 1 < len(args) else None
+        del args[i:i + 2]
     if len(args) < 2:
-        print("usage: python -m ascendify.port.stage SRC DST [SKIP...]", file=sys.stderr)
+        print("usage: python -m ascendify.port.stage SRC DST [--mirror PARENT] [SKIP...]", file=sys.stderr)
         return 2
     src, dst = Path(args[0]), Path(args[1])
-    if dst.exists():
-        shutil.rmtree(dst)
+    top = dst.parent if parent is not None else dst
+    if top.exists():
+        shutil.rmtree(top)
+    skip = tuple(Path(p) for p in args[2:])
     try:
-        info = stage(src, dst, skip=tuple(Path(p) for p in args[2:]))
+        info = stage(src, dst, skip=skip)
     except OSError as e:
         print(f"stage: {e}", file=sys.stderr)
         return 3
-    (dst.parent / "stage.json").write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
+    if parent is not None:
+        info["mirrored_from"] = str(parent.resolve())
+        info["mirrored"] = mirror(parent, dst, own=dst.name, skip=skip)
+    info_dir = dst.parent.parent if parent is not None else dst.parent
+    (info_dir / "stage.json").write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
     print(f"stage: {info['files']} files of {src} in {dst}" + (f"; {len(info['linked'])} large files linked"
-                                                               if info["linked"] else ""))
+                                                               if info["linked"] else "")
+          + (f"; {len(info['mirrored'])} entries beside it linked from {parent}" if info.get("mirrored") else ""))
     return 0
 
 

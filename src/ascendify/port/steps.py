@@ -113,10 +113,42 @@ class Context:
     def runs(self) -> Path:
         return self.out / "runs"
 
+    def run_root(self, side: str) -> Path:
+        """Where a run's scratch copy of its tree is: ``runs/SIDE/tree/NAME``, NAME the project's folder name,
+        beside links to the project's neighbours."""
+        return self.runs / side / "tree" / self.project.name
+
+
+def shown_from(ctx: Context, text: str) -> str:
+    """A command with this machine's paths made relative to the report folder, as it runs from there (the
+    longest path first: the migrated copy's path may start with the project's).
+
+    >>> c = Context(out=Path("/w/p-npu-report"), project=Path("/w/p"), migrated=Path("/w/p-npu"), command=[],
+    ...             target="emulated", target_reason="", lanes=1)
+    >>> shown_from(c, "ascendify migrate /w/p -o /w/p-npu --report /w/p-npu-report/migrate/report")
+    'ascendify migrate ../p -o ../p-npu --report migrate/report'
+    """
+    text = text.replace(str(ctx.out) + "/", "")
+
+    def rel(p: Path) -> str:  # relative where that is short (a sibling of the report folder), else the path itself
+        r = os.path.relpath(p, ctx.out)
+        return r if r.count("..") <= 2 else str(p)
+
+    pairs = [(p, rel(p)) for p in (ctx.out, ctx.migrated, ctx.project, ctx.project.parent)]
+    marks = {}
+    for i, (path, rel) in enumerate(sorted(pairs, key=lambda x: -len(str(x[0])))):
+        mark = f"\0{i}\0"  # a whole path only (followed by /, a space, a quote or the end), longest first
+        text = re.sub(re.escape(str(path)) + r"(?=[/\s'\"]|$)", mark, text)
+        marks[mark] = rel
+    for mark, rel in marks.items():
+        text = text.replace(mark, rel)
+    return text
+
 
 # ---------------------------------------------------------------------------------------------------------------
 # the jobs
 
+BUDGET_MARGIN = 45.0  # seconds past --time-budget before port stops a run itself (interpreter and torch start-up)
 _DEVICE_VALUE = re.compile(r"^(?:cuda|gpu)(:\d+)?$", re.IGNORECASE)
 _DEVICE_FLAGS = ("--device", "--devices", "--accelerator", "device")
 
@@ -198,14 +230,11 @@ def build_jobs(ctx: Context) -> list[Job]:
     out, lanes = ctx.out, ctx.lanes
     env = child_env(lanes)
     golden_env = child_env(lanes, drop=("ASCENDIFY_EMULATE",))
-    name = ctx.project.name
     jobs: list[Job] = []
 
     def add(job: Job) -> None:
-        # the report shows commands relative to the report folder, the project by its name: no machine paths
-        job.shown = job.shown or shlex.join(["python" if job.python else "ascendify", *job.argv])
-        job.shown = job.shown.replace(str(out) + "/", "").replace(str(ctx.project), name).replace(
-            str(ctx.migrated), ctx.rel(ctx.migrated))
+        # the report shows commands as they run from the report folder: no machine paths
+        job.shown = shown_from(ctx, job.shown or shlex.join(["python" if job.python else "ascendify", *job.argv]))
         if job.step in ctx.skip:
             job.skipped = "skipped (--skip)"
         elif job.argv and not job.python and not verb_available(job.argv[0]):
@@ -215,22 +244,28 @@ def build_jobs(ctx: Context) -> list[Job]:
     mig = ["migrate", str(ctx.project), "-o", str(ctx.migrated), "--to", ctx.to, "--report",
            str(out / "migrate" / "report"), "-q"] + (["--force"] if ctx.force_migrate else [])
     add(Job("migrate", "migrate", mig, env=env, timeout=600,
-            shown=f"ascendify migrate {name} -o {ctx.rel(ctx.migrated)} --to {ctx.to} --report migrate/report"))
+            shown=shlex.join(["ascendify", *mig[:-1]])))
     add(Job("doctor", "doctor", ["doctor", "--out", str(out / "doctor"), "-q"], env=env, timeout=300,
             shown="ascendify doctor --out doctor"))
     cmd = list(ctx.command)
     runs = ctx.runs
-    # each run works in a scratch copy of its tree: the user's project and the migrated copy stay as they were
-    groot, troot = runs / "golden" / "project", runs / "target" / "project"
-    inside = [str(p) for p in (ctx.migrated, out) if ctx.project in p.parents]
-    add(Job("stage-golden", "train", ["-m", "ascendify.port.stage", str(ctx.project), str(groot), *inside],
+    # --time-budget: each run's own timer stops it at the budget; a run stuck where that timer cannot reach (a C
+    # call, a collective) is stopped from here a little later, as a Ctrl-C would (the start-up is not in its budget)
+    budget = None if ctx.seconds is None else ctx.seconds + BUDGET_MARGIN
+    # each run works in a scratch copy of its tree: the user's project and the migrated copy stay as they were;
+    # the project's neighbours are linked beside the copy, so that ../data resolves as without port
+    groot, troot = ctx.run_root("golden"), ctx.run_root("target")
+    mirror = ["--mirror", str(ctx.project.parent)]
+    leave_out = [str(ctx.migrated), str(out)]
+    add(Job("stage-golden", "train", ["-m", "ascendify.port.stage", str(ctx.project), str(groot), *mirror,
+                                      *leave_out],
             python=True, env=env, timeout=600, ok_codes=(0,),
-            shown=shlex.join(["python", "-m", "ascendify.port.stage", str(ctx.project), str(groot)])))
+            shown=shlex.join(["python", "-m", "ascendify.port.stage", str(ctx.project), str(groot), *mirror])))
     golden_shown = f"cd {ctx.rel(groot)} && " + shlex.join(["ascendify", "run", "--to", "cpu", "--", *cmd])
     add(Job("train-golden", "train",
             ["run", "--to", "cpu", "--log", str(runs / "golden" / "run.json"), "-q", "--", *cmd],
             deps=("stage-golden",), env={**golden_env, **ctx.env, **observe_env(ctx, "golden", groot, {**golden_env, **ctx.env})},
-            cwd=str(groot), timeout=1800, ok_codes=(0,), shown=golden_shown))
+            cwd=str(groot), timeout=1800, ok_codes=(0,), shown=golden_shown, stop_after=budget))
     if ctx.target == "cuda":  # the original, unmodified, on the GPU
         tcmd, tsrc = cmd, ctx.project
         argv = ["run", "--to", "cuda", "-q", "--", *cmd]
@@ -243,14 +278,13 @@ def build_jobs(ctx: Context) -> list[Job]:
                     str(runs / "target" / "emulate.json"), "--", *tcmd]
         else:
             argv = ["run", "--to", "npu", "-q", "--", *tcmd]
-    add(Job("stage-target", "train", ["-m", "ascendify.port.stage", str(tsrc), str(troot),
-                                      *[str(p) for p in (out,) if tsrc in p.parents]],
+    add(Job("stage-target", "train", ["-m", "ascendify.port.stage", str(tsrc), str(troot), *mirror, *leave_out],
             python=True, deps=() if ctx.target == "cuda" else ("migrate",), env=env, timeout=600, ok_codes=(0,),
-            shown=shlex.join(["python", "-m", "ascendify.port.stage", str(tsrc), str(troot)])))
+            shown=shlex.join(["python", "-m", "ascendify.port.stage", str(tsrc), str(troot), *mirror])))
     verb = argv[0]
     add(Job("train-target", "train", argv, deps=deps, env={**env, **ctx.env, **observe_env(ctx, "target", troot,
                                                                                           {**env, **ctx.env})},
-            cwd=str(troot), timeout=1800, ok_codes=(0,),
+            cwd=str(troot), timeout=1800, ok_codes=(0,), stop_after=budget,
             shown=f"cd {ctx.rel(troot)} && " + shlex.join(["ascendify", verb, *argv[1:3], "--", *tcmd])))
     tdev = "cuda" if ctx.target == "cuda" else "npu"
     pick = ["--model", ctx.model] if ctx.model else []
@@ -475,7 +509,7 @@ def history_of(obs: dict[str, Any] | None) -> dict[str, list[float]]:
         cols["step_time_ms"].append(round(1000.0 * float(it.get("seconds") or 0.0), 3))
         for k, v in enumerate(losses):
             cols["loss" if k == 0 else f"loss_{k + 1}"].append(v)
-    if not its:
+    if not its and not (obs or {}).get("training"):  # a training program stopped before its first step has none
         m = main_model(obs)
         outs = (m or {}).get("outputs") or []
         if outs:
@@ -533,13 +567,13 @@ def _side_label(ctx: Context, side: str) -> str:
     return f"migrated copy on the {ctx.target_label}"
 
 
-def number_text(x: Any) -> str:
-    """A number short; a loss that went inf/NaN comes back from JSON as a string and is said as it is.
+def number_text(x: Any, spec: str = ".4g") -> str:
+    """A number short; a loss (or a cosine) that went inf/NaN comes back from JSON as a string and is said as it is.
 
-    >>> number_text(0.123456), number_text("NaN"), number_text(None)
-    ('0.1235', 'NaN', 'None')
+    >>> number_text(0.123456), number_text("NaN"), number_text(None), number_text(0.5, ".2f")
+    ('0.1235', 'NaN', 'None', '0.50')
     """
-    return f"{x:.4g}" if isinstance(x, (int, float)) else str(x)
+    return format(x, spec) if isinstance(x, (int, float)) else str(x)
 
 
 def read_train(ctx: Context, jobs: list[Job]) -> StepResult:
@@ -656,11 +690,19 @@ def _read_train(ctx: Context, jobs: list[Job]) -> StepResult:
         obs = _load_json(ctx.runs / side / "observe.json")
         info["observe"] = obs
         stopped = (obs or {}).get("stopped") or ""
-        if not stopped_by_hand and (job.timed_out or job.returncode != 0):
+        if job.stopped_at is not None and not job.timed_out:  # past the budget, stopped from here: not a crash
+            stopped = (f"time budget of {ctx.seconds:g} s spent" + ("" if (obs or {}).get("iterations") else
+                       " before the first step") + f" (stopped by port after {job.stopped_at:.0f} s)")
+            info["stopped_by_port"] = True
+            if obs is not None:
+                obs["stopped"], obs["seconds_asked"] = stopped, ctx.seconds
+        elif not stopped_by_hand and (job.timed_out or job.returncode != 0):
             errors.append((side, failure(job)))
             info["failure"] = _first_user_frame(job.output)
             info["known_errors"] = known_errors(job.output)
         if obs is None:
+            if job.stopped_at is not None:
+                info.update(stopped=stopped, seconds_asked=ctx.seconds)
             if not stopped_by_hand and not job.timed_out and job.returncode == 0:
                 errors.append((side, f"{job.name}: the run left no observe.json (see {ctx.rel(job.log or '')})"))
             continue
@@ -668,6 +710,10 @@ def _read_train(ctx: Context, jobs: list[Job]) -> StepResult:
         info["history"] = hist
         info["stopped"] = stopped
         info["step_unit"] = obs.get("step_unit")
+        info["training"] = bool(obs.get("training") or obs.get("step_unit"))
+        info["seconds_asked"] = obs.get("seconds_asked")
+        info["last_line"] = last_line(job.output)
+        info["ranks"] = 1 + len(list((ctx.runs / side).glob("observe.rank*.json")))
         info["step_seconds"] = step_time(obs)
         mm = main_model(obs)
         info["main_model"] = mm.get("index") if mm else None
@@ -746,7 +792,11 @@ def _read_train(ctx: Context, jobs: list[Job]) -> StepResult:
         r = runs.get(side, {})
         h = r.get("history") or {}
         if h.get("loss"):
-            parts.append(f"{label}: {len(h['step'])} steps, loss {number_text(h['loss'][-1])}")
+            ranks = f" on {r['ranks']} ranks" if (r.get("ranks") or 1) > 1 else ""
+            parts.append(f"{label}: {len(h['step'])} steps{ranks}, loss {number_text(h['loss'][-1])}")
+        elif r.get("training"):
+            parts.append(f"{label}: no training step" + (" within the time budget"
+                                                          if "time budget" in (r.get("stopped") or "") else ""))
         elif h.get("output_mean"):
             parts.append(f"{label}: {len(h['step'])} model calls, no training step")
         elif r.get("skipped"):
@@ -761,6 +811,20 @@ def _read_train(ctx: Context, jobs: list[Job]) -> StepResult:
     return res
 
 
+def last_line(output: str) -> str | None:
+    """The program's last line of output, short (what it said before it ended by itself: ``Exiting.``), not a
+    line of ours (``ascendify ...``).
+
+    >>> last_line("epoch 1\\nUnable to locate sufficient 2 gpus to run this example. Exiting.\\n")
+    'Unable to locate sufficient 2 gpus to run this example. Exiting.'
+    """
+    for line in reversed(output.splitlines()):
+        line = line.strip()
+        if line and not line.startswith(("ascendify", "$ ")):
+            return line if len(line) <= 160 else line[:157] + "..."
+    return None
+
+
 def known_errors(output: str) -> list[dict[str, str]]:
     """The known errors (``doctor --explain``'s knowledge base) found in a run's output, last first: the one
     that ended the run is usually the last."""
@@ -773,7 +837,8 @@ def known_errors(output: str) -> list[dict[str, str]]:
         e = hit["entry"]
         if e["id"] not in seen:
             seen.add(e["id"])
-            out.append({"id": e["id"], "title": e["title"], "fix": e["fix"], "line": hit["line"].strip()[:300]})
+            out.append({"id": e["id"], "title": e["title"], "fix": explain.specific_fix(e, hit["line"], output),
+                        "line": hit["line"].strip()[:300]})
     return out
 
 
@@ -883,6 +948,14 @@ def read_compare(ctx: Context, jobs: list[Job], train: StepResult | None, tolera
             facts["curves"] = {"verdict": d.get("verdict"), "tolerance": tolerance, "first": d.get("first_outside"),
                                "a": "original on the CPU", "b": f"migrated on the {ctx.target_label}",
                                "series": d.get("series"), "what": what}
+            from ascendify.port import proof
+
+            flat = [v for v in (proof.constant_loss(runs.get(sd) or {}) for sd in ("golden", "target")) if v]
+            if what == "loss" and flat:  # agrees with anything: said, and the lockstep decides
+                facts["curves"]["constant"] = flat[0]
+            bad = [proof.first_nonfinite(runs.get(sd) or {}) for sd in ("golden", "target")]
+            if all(bad):
+                facts["curves"]["nonfinite"] = f"{bad[0][1]} on both sides from step {min(bad)[0]}"
             draws = runs.get("target", {}).get("random_draws_on_device") or []
             facts["curves"]["random_draws_on_device"] = draws
             if d.get("verdict") != "match" and draws:
@@ -909,7 +982,8 @@ def read_compare(ctx: Context, jobs: list[Job], train: StepResult | None, tolera
     if ls.get("verdict"):
         e2e = ls.get("end_to_end") or {}
         cos = e2e.get("cosine")
-        parts.append(f"lockstep {ls['verdict'].upper()}" + (f" (cosine {cos:.6f})" if cos is not None else ""))
+        parts.append(f"lockstep {ls['verdict'].upper()}" + (f" (cosine {number_text(cos, '.6f')})"
+                                                             if cos is not None else ""))
         if ls.get("first_divergence"):
             fd = ls["first_divergence"]
             parts[-1] += f" first at {fd.get('name', fd) if isinstance(fd, dict) else fd}"
@@ -917,7 +991,7 @@ def read_compare(ctx: Context, jobs: list[Job], train: StepResult | None, tolera
             parts[-1] += " on the eager model"
         gr = facts.get("gradients") or {}
         if gr.get("verdict") == "match":
-            parts[-1] += f", gradients match ({gr.get('compared')} parameters)"
+            parts[-1] += f", gradients match ({gradients_counted(gr)})"
         elif gr.get("verdict") == "divergence":
             bad = len(gr.get("differ") or []) + len(gr.get("missing") or [])
             parts[-1] += f", {bad} gradient(s) differ, first {gr.get('first') or gr['missing'][0]['name']}"
@@ -934,6 +1008,10 @@ def read_compare(ctx: Context, jobs: list[Job], train: StepResult | None, tolera
         parts.append(f"{cv.get('what', 'loss')} curves {cv['verdict'].upper()} within {tolerance:g}")
         if cv.get("first"):
             parts[-1] += f" (leaves at step {cv['first'].get('step')})"
+        if cv.get("constant"):
+            parts[-1] += f", but the loss is {cv['constant']} at every step: the curves say nothing"
+        if cv.get("nonfinite"):
+            parts[-1] += f", but the losses are {cv['nonfinite']}: nothing to compare there"
         draws = cv.get("random_draws_on_device") or []
         if draws:  # named, not hidden by the band: these runs cannot agree exactly
             parts[-1] += (f" (not exactly: {sum(d['calls'] for d in draws)} random draws on the device, "
@@ -942,6 +1020,20 @@ def read_compare(ctx: Context, jobs: list[Job], train: StepResult | None, tolera
         parts.append(f"curves {cv.get('skipped', 'not run')}")
     res.headline = "; ".join(parts)
     return res
+
+
+def gradients_counted(gr: dict[str, Any]) -> str:
+    """What the gradient check counted: backward module calls, and the trainable tensors and parameters they cover.
+
+    >>> gradients_counted({"compared": 36, "parameter_tensors": 6, "parameters": 3867})
+    '36 backward module calls over 6 parameter tensors, 3,867 parameters'
+    >>> gradients_counted({"compared": 4})
+    '4 backward module calls'
+    """
+    text = f"{gr.get('compared') or 0} backward module calls"
+    if gr.get("parameter_tensors") is not None:
+        text += f" over {gr['parameter_tensors']} parameter tensors, {gr.get('parameters') or 0:,} parameters"
+    return text
 
 
 def not_comparable_why(draws: list[dict[str, Any]], where: str) -> str:
@@ -995,6 +1087,10 @@ def read_bench(ctx: Context, jobs: list[Job]) -> StepResult:
     best = {k: max((r.get("throughput") or 0.0 for r in v if r.get("status") == "ok"), default=0.0)
             for k, v in records.items()}
     res.facts["best"] = best
+    # a figure whose timed windows disagree (a busy machine) is said with its spread, and never compared
+    res.facts["unstable"] = {k: max(float(r.get("spread_ratio") or 1.0) for r in v if r.get("status") == "ok")
+                             for k, v in records.items()
+                             if any(r.get("status") == "ok" and r.get("stable") is False for r in v)}
     if not records:
         res.headline = "; ".join(m.get("skipped", "") for m in meta.values()) or "nothing measured"
         return res
@@ -1002,15 +1098,21 @@ def read_bench(ctx: Context, jobs: list[Job]) -> StepResult:
     res.status = "warn" if bad else "ok"
     model = next((r.get("model") for v in records.values() for r in v), "the model")
     mode = next((r.get("mode") for v in records.values() for r in v), "train")
+    unstable = res.facts["unstable"]
+
+    def rate(key: str) -> str:
+        text = f"{best[key]:.3g} samples/s"
+        return text + (f" (unstable: repeats differ {unstable[key]:.2g}x, machine busy)" if key in unstable else "")
+
     if "cpu" in best:
-        parts = [f"CPU {best['cpu']:.3g} samples/s"]
+        parts = [f"CPU {rate('cpu')}"]
     else:  # not run (its run failed) or nothing to bench: never a speed of 0
         cpu_job = next((j for j in jobs if j.name == "bench-cpu"), None)
         why = (cpu_job.skipped if cpu_job is not None and cpu_job.skipped else None) \
             or meta.get("cpu", {}).get("skipped") or "not run"
         parts = [f"CPU not measured ({why})"]
     if "target" in best:
-        tgt = f"{ctx.target_label} {best['target']:.3g} samples/s"
+        tgt = f"{ctx.target_label} {rate('target')}"
         if meta.get("target", {}).get("emulated"):
             tgt += " (host speed, not NPU speed)"
         parts.append(tgt)

@@ -50,6 +50,8 @@ def run_as_main(
     hidden.update(_HIDDEN)
     code, error = 1, None
     try:
+        for hook in list(_START_HOOKS):
+            hook()
         if module is not None:
             sys.argv = [module, *args]  # runpy sets argv[0] to the module's file
             if not sys.path or sys.path[0] != os.getcwd():
@@ -89,7 +91,14 @@ def run_as_main(
 
 
 _EXIT_HOOKS: list[Callable[[int, BaseException | None], None]] = []
+_START_HOOKS: list[Callable[[], None]] = []
 _HIDDEN: set[str] = set()
+
+
+def at_program_start(hook: Callable[[], None]) -> None:
+    """Call ``hook()`` just before a program run by :func:`run_as_main` starts (after the tool's own set-up): a
+    time budget counts the program's time, not the imports and patches before it."""
+    _START_HOOKS.append(hook)
 
 
 def at_program_exit(hook: Callable[[int, BaseException | None], None], *, hide: str | None = None) -> None:

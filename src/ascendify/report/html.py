@@ -22,7 +22,7 @@ from ascendify.report.tables import Column, format_value
 
 _STATUS_CLASS = {
     "ok": "ok", "pass": "ok", "match": "ok", "✓": "ok", "yes": "ok",
-    "warn": "warn", "warning": "warn", "not comparable": "warn",
+    "warn": "warn", "warning": "warn", "not comparable": "warn", "not proven": "warn",
     "fail": "fail", "error": "fail", "diverged": "fail", "✗": "fail", "no": "fail",
     "skip": "skip", "n/a": "skip",
 }

@@ -26,6 +26,7 @@ STATUS_STYLES: dict[str, str] = {
     "warn": "yellow",
     "warning": "yellow",
     "not comparable": "yellow",
+    "not proven": "yellow",
     "fail": "bold red",
     "error": "bold red",
     "diverged": "bold red",
@@ -107,6 +108,27 @@ def format_value(value: Any, kind: str = "text") -> str:
             return f"{value:,.0f}" if a >= 1e4 else f"{value:.4g}"
         return f"{value:.3e}"
     return str(value)
+
+
+def fold(text: str, width: int | None = None, indent: str = "  ") -> str:
+    """``text`` folded to ``width`` columns (default: the terminal's, at most 100): each of its lines wrapped at
+    spaces, continuation lines indented by ``indent`` more than the line they continue (messages on stderr, which
+    a terminal would otherwise break mid-word).
+
+    >>> print(fold("ascendify port: the command runs missing.py, which is not in src", width=30))
+    ascendify port: the command
+      runs missing.py, which is
+      not in src
+    """
+    import textwrap
+
+    width = width or min(100, terminal_width())
+    out = []
+    for line in text.splitlines() or [""]:
+        lead = line[: len(line) - len(line.lstrip(" "))]
+        out += textwrap.wrap(line.strip(), width, initial_indent=lead, subsequent_indent=lead + indent,
+                             break_long_words=False, break_on_hyphens=False) or [""]
+    return "\n".join(out)
 
 
 def print_wrapped(con, text: str, *, style: str | None = None) -> None:

@@ -1,0 +1,215 @@
+"""The verdict of ``ascendify port`` is earned (ascendify.port.proof): OK only when both runs made their steps with
+finite losses and the lockstep compared the same model; otherwise "not proven" (exit 5) naming what is missing,
+and the checklist items without evidence are n/a or ✗, never ✓. Built from step results as the readers make them,
+so that each case runs in milliseconds; the end-to-end runs are in test_port.py."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+
+from ascendify.port import checklist as cl
+from ascendify.port import steps as st
+from ascendify.port.runner import PortResult, _Progress
+
+
+def _run(losses=None, *, training=True, calls=0, ranks=1, stopped="3 steps done", returncode=0, **extra):
+    losses = losses if losses is not None else []
+    h = {"step": list(range(len(losses))), "step_time_ms": [1.0] * len(losses)}
+    if training:
+        h["loss"] = list(losses)
+    else:
+        h = {"step": list(range(calls)), "output_mean": [0.5] * calls, "output_abs_mean": [0.5] * calls}
+    return {"history": h, "training": training, "step_unit": "optimizer step" if training else None,
+            "ranks": ranks, "stopped": stopped, "returncode": returncode, "label": "x", **extra}
+
+
+def _result(golden, target, lockstep="match", curves="match", **facts) -> PortResult:
+    train = st.StepResult("train", status="ok", headline="h", facts={
+        "runs": {"golden": golden, "target": target}, "param_counts_agree": True, **facts})
+    cmp_facts = {}
+    if lockstep == "skipped":
+        cmp_facts["lockstep"] = {"skipped": "skipped (--skip)"}
+    elif lockstep:
+        cmp_facts["lockstep"] = {"verdict": lockstep}
+    if curves:
+        cmp_facts["curves"] = {"verdict": curves, "what": "loss"}
+    status = "ok" if lockstep in ("match", "skipped", None) and curves in ("match", None) else "fail"
+    steps = {"doctor": st.StepResult("doctor", status="skip"), "migrate": st.StepResult("migrate", status="skip"),
+             "train": train, "compare": st.StepResult("compare", status=status, facts=cmp_facts),
+             "bench": st.StepResult("bench", status="skip")}
+    items = cl.evaluate(steps, "emulated")
+    return PortResult(out=Path("."), target="emulated", target_reason="", quick=False, steps=steps, checklist=items,
+                      seconds=0, cpu_seconds=0, lanes=1)
+
+
+def _item(result, item_id):
+    return next(i for i in result.checklist if i["id"] == item_id)
+
+
+def test_both_runs_trained_and_the_lockstep_matched_is_proven():
+    r = _result(_run([2.0, 1.5, 1.0], ranks=2), _run([2.0, 1.5, 1.0], ranks=2))
+    status, text = r.verdict
+    assert r.exit_code == 0 and status == "ok" and text.startswith("proven:")
+    assert "both runs made 3 training steps on 2 ranks each; lockstep MATCH; loss curves MATCH" in text
+    assert _item(r, "code.runs-on-target")["mark"] == "✓" and _item(r, "code.auto-migration")["mark"] == "✓"
+
+
+def test_the_original_made_no_step_is_not_proven_never_ok():
+    # pytorch/examples' FSDP2 under run --to cpu: the original printed its message and exited before training
+    g = _run([], stopped="ended", last_line="Unable to locate sufficient 2 gpus to run this example. Exiting.")
+    r = _result(g, _run([2.0, 1.0]), lockstep="skipped", curves=None)
+    status, text = r.verdict
+    assert r.exit_code == 5 and status == "not proven"
+    assert "the original made no training step (the program ended by itself after printing 'Unable to locate" in text
+    assert "the lockstep did not run (--skip compare)" in text
+    auto = _item(r, "code.auto-migration")
+    assert auto["mark"] == "n/a" and "no evidence" in auto["evidence"]
+
+
+def test_losses_nan_on_both_sides_are_not_proven_and_the_checklist_does_not_tick_them():
+    nan = ["NaN", "NaN", "NaN"]  # JSON brings a NaN loss back as a string
+    r = _result(_run(nan), _run(nan), curves="match")
+    status, text = r.verdict
+    assert r.exit_code == 5 and status == "not proven" and "the losses are NaN on both sides from step 0" in text
+    runs_item = _item(r, "code.runs-on-target")  # never ✓ on a NaN loss; no finding of the port either
+    assert runs_item["mark"] == "n/a" and "the loss is NaN from step 0; the original's too" in runs_item["evidence"]
+
+
+def test_nan_on_the_migrated_side_only_is_a_finding():
+    r = _result(_run([2.0, 1.0, 0.5]), _run([2.0, "NaN", "NaN"]), curves="match")
+    status, text = r.verdict
+    assert r.exit_code == 1 and status == "fail"
+    assert "the migrated copy's loss is NaN from step 1 (the original's is finite)" in text
+
+
+def test_a_training_program_stopped_before_its_first_step_is_not_an_inference_program():
+    # stopped during its first evaluation loop: the model was called 46 times, no optimizer step was made
+    stopped = "time budget of 60 s spent before the first step"
+    g = _run([], stopped=stopped, seconds_asked=60.0)
+    r = _result(g, dict(g), lockstep="skipped", curves=None)
+    status, text = r.verdict
+    assert r.exit_code == 5
+    assert "not proven: neither run made a training step within the time budget (60 s)" in text
+
+
+def test_an_inference_program_is_proven_by_its_model_calls_and_the_lockstep():
+    r = _result(_run(training=False, calls=4), _run(training=False, calls=4), curves="match")
+    assert r.exit_code == 0 and "both runs made 4 model calls" in r.verdict[1]
+    r = _result(_run(training=False, calls=0), _run(training=False, calls=4), lockstep="skipped", curves=None)
+    assert r.exit_code == 5 and "the original called no model" in r.verdict[1]
+
+
+def test_a_constant_loss_is_said_and_its_curves_prove_nothing():
+    train_runs = {"golden": _run([-0.0] * 4), "target": _run([-0.0] * 4)}
+    compare = st.StepResult("compare", status="ok")
+    facts = {"curves": {"verdict": "match", "constant": "-0", "what": "loss", "tolerance": 0.05}}
+    compare.facts = facts
+    v = cl.evaluate_item("prec.curves", {"compare": compare, "train": st.StepResult(
+        "train", status="ok", facts={"runs": train_runs})}, "emulated")
+    assert v.mark == "n/a" and "-0 at every step" in v.evidence
+    r = _result(train_runs["golden"], train_runs["target"])
+    r.steps["compare"].facts["curves"]["constant"] = "-0"
+    assert r.exit_code == 0 and "the loss is -0 at every step, so its curves say nothing" in r.verdict[1]
+
+
+def test_a_skipped_compare_never_yields_ok():
+    r = _result(_run([1.0, 0.5]), _run([1.0, 0.5]), lockstep=None, curves=None)
+    r.steps["compare"] = st.StepResult("compare", status="skip", headline="skipped (--skip)")
+    assert r.exit_code == 5 and "the lockstep did not run (skipped (--skip))" in r.verdict[1]
+
+
+def test_progress_numbers_steps_as_the_table_and_says_each_once():
+    out = io.StringIO()
+    p = _Progress(out, len(st.ALL_STEPS))
+    for sid in ("migrate", "doctor", "migrate"):  # migrate finishes first; read again after Ctrl-C
+        p.step(st.StepResult(sid, status="ok", headline="done"))
+    lines = out.getvalue().splitlines()
+    assert [line.split("]")[0].split("[")[1] for line in lines] == ["2/7", "1/7"]
+
+
+def test_progress_lines_fold_to_the_terminal(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    out = io.StringIO()
+    _Progress(out, 7).say("emulated NPU (host CPU): no Ascend NPU or GPU here: the emulated NPU (on the host "
+                          "CPU) stands in, at host speed")
+    assert max(len(line) for line in out.getvalue().splitlines()) <= 80
+
+
+def test_progress_while_the_runs_go_on(tmp_path):
+    from ascendify.port.jobs import Job
+
+    out = io.StringIO()
+    p = _Progress(out, 7, runs=tmp_path)
+    (tmp_path / "golden").mkdir()
+    (tmp_path / "golden" / "progress.json").write_text('{"steps": 3, "seconds": 4.0}')
+    jobs = [Job("train-golden", "train", []), Job("train-target", "train", [])]
+    for j in jobs:
+        j.started = p.t0 - 70
+    p.next_wait = 0  # a minute has passed
+    p.waiting(jobs)
+    p.waiting(jobs)  # not again before EVERY seconds
+    assert out.getvalue().count("\n") == 1
+    assert "original 3 steps so far, migrated: no step yet after 70 s" in out.getvalue()
+
+
+def test_unstable_bench_figures_are_said_and_never_compared(tmp_path):
+    import json
+
+    from ascendify.port.jobs import Job
+
+    ctx = st.Context(out=tmp_path, project=tmp_path / "p", migrated=tmp_path / "n", command=[], target="npu",
+                     target_reason="", lanes=1)
+    for dev, thr, ratio in (("cpu", 100.0, 1.05), ("npu", 270.0, 2.7)):
+        (tmp_path / "bench" / dev).mkdir(parents=True)
+        rec = {"status": "ok", "throughput": thr, "spread_ratio": ratio, "stable": ratio <= 1.3, "model": "Net",
+               "mode": "train"}
+        (tmp_path / "bench" / dev / "bench.json").write_text(json.dumps({"records": [rec]}))
+    jobs = [Job(n, "bench", ["--device", d], returncode=0) for n, d in (("bench-cpu", "cpu"), ("bench-target", "npu"))]
+    res = st.read_bench(ctx, jobs)
+    assert "Ascend NPU 270 samples/s (unstable: repeats differ 2.7x, machine busy)" in res.headline
+    v = cl.evaluate_item("perf.baseline", {"bench": res}, "npu")
+    assert v.mark == "n/a" and "machine was busy" in v.evidence
+
+
+@pytest.mark.parametrize("line, text, wanted", [
+    ("ModuleNotFoundError: No module named 'torchvision'", "",
+     "pip install 'torchvision==0.28.*' --index-url https://download.pytorch.org/whl/cpu"),
+    ("<urlopen error [Errno -3] Temporary failure in name resolution>",
+     "Downloading https://ossci-datasets.s3.amazonaws.com/mnist/train-images-idx3-ubyte.gz\nFailed",
+     "downloads https://ossci-datasets.s3.amazonaws.com/mnist/train-images-idx3-ubyte.gz, and this machine"),
+    ("FileNotFoundError: [Errno 2] No such file or directory: '../data/train.bin'", "",
+     "the program opened '../data/train.bin', which is not there"),
+])
+def test_known_errors_say_the_package_the_url_and_the_path(line, text, wanted):
+    found = st.known_errors(text + "\n" + line + "\n")
+    assert found and wanted in found[0]["fix"], found
+    if "torchvision" in line:
+        import torch
+
+        assert torch.__version__.startswith("2.13") and "CUDA build" in found[0]["fix"]
+    if "urlopen" in line:
+        assert "HF_HUB_OFFLINE" not in found[0]["fix"]  # an MNIST download is not the Hugging Face hub
+
+
+def test_a_run_past_its_budget_is_asked_to_stop_then_killed(monkeypatch):
+    # a run stuck where its own timer cannot reach (SIGALRM blocked, a collective in C): port stops it itself,
+    # as a Ctrl-C would, then kills it; that is a stop at the budget, not a crash
+    import time
+
+    from ascendify.port import jobs as jb
+
+    monkeypatch.setattr(jb, "STOP_GRACE", 1.0)
+    stuck = jb.Job("train-golden", "train", ["-c", "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+                                                   "print('ready', flush=True)\ntime.sleep(60)"],
+                   python=True, stop_after=0.5)
+    polite = jb.Job("train-target", "train", ["-c", "import time\ntry:\n    time.sleep(60)\nexcept KeyboardInterrupt:\n"
+                                                    "    print('wrote what it found')\n    raise SystemExit(130)"],
+                    python=True, stop_after=0.5)
+    t0 = time.monotonic()
+    jb.run_jobs([stuck, polite], lanes=2, log_dir=None)
+    assert time.monotonic() - t0 < 15
+    assert polite.stopped_at is not None and polite.returncode == 130 and "wrote what it found" in polite.output
+    assert stuck.stopped_at is not None and stuck.returncode < 0 and not stuck.timed_out
