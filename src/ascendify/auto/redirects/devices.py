@@ -55,6 +55,8 @@ def install(s) -> None:
         d = Device(*args, **kwargs)
         return mapper.map(d, "torch.device") if d.type == "cuda" else d
 
+    if s.target.device_type == "cpu":
+        make_device = _one_cpu(make_device, s)
     factory = class_factory(Device, "device", "torch", make_device)
     s.patches.set(torch, "device", factory)
 
@@ -82,3 +84,21 @@ def install(s) -> None:
         return Generator(*args, **kwargs)
 
     s.patches.set(torch, "Generator", class_factory(Generator, "Generator", "torch", make_generator))
+
+
+def _one_cpu(make_device, s):
+    """On the cpu target, ``cpu:N`` in the user's code is the CPU, as ``cuda:N`` is: device-generic code builds
+    ``torch.device(f"{acc}:{rank}")`` with the accelerator (``cpu`` there, see :mod:`.accelerator`), and every
+    rank's device is the one CPU (tensors made there report ``cpu``; DDP and FSDP refuse a ``cpu:1``)."""
+    from ascendify.auto.record import caller_is_user
+
+    cpu, rec = s.Device("cpu"), s.rec
+
+    def make(*args: Any, **kwargs: Any):
+        d = make_device(*args, **kwargs)
+        if d.type == "cpu" and d.index is not None and caller_is_user(3):
+            rec.hit("torch.device", "cpu (one cpu device)")
+            return cpu
+        return d
+
+    return make
