@@ -136,3 +136,19 @@ def test_disable_forgets_answers_cached_under_redirection():
     assert torch.get_device_module("cuda") is torch.cuda
     assert {n: getattr(A, n) for n in A.__all__} == before
     assert _truth() == truth
+
+
+def test_device_generic_timing_events_time_the_host(auto_cpu):
+    import time
+
+    start, end = torch.Event(enable_timing=True), torch.Event(enable_timing=True)
+    assert isinstance(start, torch.Event)
+    start.record()
+    time.sleep(0.02)
+    end.record()
+    A.synchronize()
+    assert 15 <= start.elapsed_time(end) < 2000  # torch's cpu event raises "cpu backend doesn't support events"
+    assert end.query() and end.synchronize() is None
+    with pytest.raises(RuntimeError, match="enable_timing"):
+        torch.Event().elapsed_time(torch.Event())
+    assert auto_cpu.rec.redirected["torch.Event"][0] == 4

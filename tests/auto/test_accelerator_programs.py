@@ -46,16 +46,19 @@ def test_a_single_process_trainer_takes_the_accelerator_branch(tmp_path):
     assert cpu["branch"] == "accel" and cpu["device"] == cpu["param_device"] == "cpu"
     assert cpu["losses"] == plain["losses"]
     assert cpu["module"] == "cuda" and cpu["backend"] == "gloo" and cpu["device_count"] == 1 and cpu["memory"] == 0
+    assert cpu["elapsed_ms"] > 0
     report = json.loads(log.read_text())
     redirected = {r["api"]: r for r in report["redirected"]}
     for api in ("torch.accelerator.is_available", "torch.accelerator.current_accelerator",
-                "torch.accelerator.synchronize", "torch.get_device_module", "torch.accelerator.device_count"):
+                "torch.accelerator.synchronize", "torch.get_device_module", "torch.accelerator.device_count",
+                "torch.Event"):
         assert redirected[api]["first_site"].rpartition("/")[2].startswith("accel_train.py:"), api
     assert "torch.accelerator.memory_allocated" in {r["api"] for r in report["no_effect"]}
     # the emulated NPU, redirected or not: torch_npu's accelerator
     for o in (npu, emulated):
         assert o["branch"] == "accel" and o["device"] == "npu" and o["param_device"] == "npu:0", o
         assert o["module"] == "npu" and o["backend"] == "hccl" and o["device_count"] == 8 and o["memory"] > 0
+        assert o["elapsed_ms"] > 0
         assert o["losses"] == pytest.approx(cpu["losses"], rel=1e-3)
 
 

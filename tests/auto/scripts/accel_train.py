@@ -1,6 +1,6 @@
 """A device-agnostic trainer in the shape of pytorch/examples at its head (mnist, vae, dcgan, word_language_model
 --accel, minGPT's trainer): the device comes from torch.accelerator, the CPU is the fallback; pinned loader memory
-on the accelerator; fp16 autocast and a GradScaler for the device's type (--amp). Prints one JSON line."""
+on the accelerator; fp16 autocast and a GradScaler for the device's type (--amp); torch.Event timing. Prints one JSON line."""
 
 import argparse
 import json
@@ -35,6 +35,9 @@ model = nn.Sequential(nn.Linear(12, 16), nn.ReLU(), nn.Linear(16, 3)).to(device)
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
 scaler = torch.amp.GradScaler(device.type, enabled=args.amp)
 losses = []
+if use_accel:  # device-generic timing, as benchmarks write it
+    start, end = torch.Event(enable_timing=True), torch.Event(enable_timing=True)
+    start.record()
 for x, y in loader:
     x, y = x.to(device), y.to(device)
     with torch.amp.autocast(device_type=device.type, dtype=torch.float16, enabled=args.amp):
@@ -46,6 +49,7 @@ for x, y in loader:
     losses.append(loss.item())
 
 if use_accel:
+    end.record()
     torch.accelerator.synchronize()
     torch.get_device_module(device).manual_seed(3)
 print(json.dumps({
@@ -55,4 +59,5 @@ print(json.dumps({
     "module": torch.get_device_module(device).__name__.rpartition(".")[2],
     "backend": torch.distributed.get_default_backend_for_device(device),
     "memory": torch.accelerator.memory_allocated() if use_accel else None,
+    "elapsed_ms": start.elapsed_time(end) if use_accel else None,
 }))

@@ -18,7 +18,7 @@ device.type`` and ``torch.device(f"{acc}:{rank}")`` behave as on a GPU.
   ``torch.cuda`` uses; libraries (torch's DataLoader, DDP, FSDP...) hear the truth (no accelerator), so they
   never pin memory for a device that does not exist. ``torch.get_device_module()`` (the accelerator's module)
   is the redirected ``torch.cuda``. ``torch.device("cpu:N")`` (``f"{acc}:{rank}"``) is the CPU, as
-  ``"cuda:N"`` is.
+  ``"cuda:N"`` is, and ``torch.Event(enable_timing=True)`` a host-clock event, as ``torch.cuda.Event`` is.
 
 Every call of the user's that is answered for the target is recorded (*redirected*, or *no effect* for the
 stand-ins that do nothing), as ``torch.cuda``'s are.
@@ -274,6 +274,7 @@ def _install_cpu_accelerator(s, torch: Any) -> None:
     cache_clear = getattr(getattr(acc, "get_device_capability", None), "cache_clear", None)
     if cache_clear is not None:
         s.patches.on_restore(cache_clear)
+    _patch_cpu_event(s, torch)
 
 
 def _per_caller(s, orig: Any, impl: Any, api: str, reason: str | None, detail: str) -> Any:
@@ -342,3 +343,54 @@ def _unsupported_class(s, orig: type, name: str, api: str, reason: str) -> type:
 
     return class_factory(orig, name, orig.__module__, make)
 
+
+def _patch_cpu_event(s, torch: Any) -> None:
+    """``torch.Event(enable_timing=True)`` in the user's code: a host-clock event on the cpu, as
+    ``torch.cuda.Event`` is (torch's CPU event raises "cpu backend doesn't support events" when recorded).
+    Device-generic timing code (``start.record()`` ... ``torch.accelerator.synchronize()``,
+    ``start.elapsed_time(end)``) runs in the accelerator branch it now takes. Still a ``torch.Event``."""
+    import time
+
+    real, Device, rec = torch.Event, s.Device, s.rec
+
+    class HostEvent(real):  # type: ignore[misc, valid-type]
+        """A ``torch.Event`` on the cpu that records the host clock; ``elapsed_time`` in milliseconds."""
+
+        def __new__(cls, device: Any = None, *, enable_timing: bool = False, blocking: bool = False,
+                    interprocess: bool = False):
+            return super().__new__(cls, Device("cpu"), enable_timing=enable_timing, blocking=blocking,
+                                   interprocess=interprocess)
+
+        def __init__(self, device: Any = None, *, enable_timing: bool = False, blocking: bool = False,
+                     interprocess: bool = False) -> None:
+            self._timing = enable_timing
+            self._t: float | None = None
+
+        def record(self, stream: Any = None) -> None:
+            self._t = time.perf_counter()
+
+        def elapsed_time(self, end_event: Any) -> float:
+            if not (self._timing and getattr(end_event, "_timing", False)):
+                raise RuntimeError("Both events must be created with argument 'enable_timing=True'.")
+            if self._t is None or end_event._t is None:
+                raise RuntimeError("Both events must be recorded before calculating elapsed time.")
+            return (end_event._t - self._t) * 1000.0
+
+        def synchronize(self) -> None:
+            return None
+
+        def wait(self, stream: Any = None) -> None:
+            return None
+
+        def query(self) -> bool:
+            return True
+
+    HostEvent.__module__, HostEvent.__qualname__ = "torch", "Event"
+
+    def make(*args: Any, **kwargs: Any):
+        if not caller_is_user(3):
+            return real(*args, **kwargs)
+        rec.hit("torch.Event", "cpu: host-clock event")
+        return HostEvent(*args, **kwargs)
+
+    s.patches.set(torch, "Event", class_factory(real, "Event", "torch", make))
