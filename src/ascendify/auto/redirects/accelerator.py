@@ -352,8 +352,9 @@ def _patch_cpu_event(s, torch: Any) -> None:
     import time
 
     real, Device, rec = torch.Event, s.Device, s.rec
+    base = getattr(torch._C, "Event", real)  # PyTorch's own type (torch.Event may be the emulator's, inactive)
 
-    class HostEvent(real):  # type: ignore[misc, valid-type]
+    class HostEvent(base):  # type: ignore[misc, valid-type]
         """A ``torch.Event`` on the cpu that records the host clock; ``elapsed_time`` in milliseconds."""
 
         def __new__(cls, device: Any = None, *, enable_timing: bool = False, blocking: bool = False,
