@@ -32,6 +32,8 @@ def _owners() -> dict[str, object]:
         "DataParallel": torch.nn.DataParallel,
         "UninitializedTensorMixin": torch.nn.parameter.UninitializedTensorMixin,
         "multiprocessing.spawn": importlib.import_module("multiprocessing.spawn"),
+        "torch.accelerator": torch.accelerator, "torch.accelerator.memory": importlib.import_module(
+            "torch.accelerator.memory"),
     }
     for sub in ("random", "memory", "graphs", "streams", "nvtx", "nccl", "profiler", "jiterator", "sparse", "tunable"):
         try:

@@ -1,4 +1,5 @@
-"""The in-memory rewrite of device checks: only `<x>.type ==/!= "cuda"` and `get_backend() ==/!= "nccl"`."""
+"""The in-memory rewrite of device checks: only `<x>.type ==/!= "cuda"` and `get_backend() ==/!= "nccl"`
+(also `get_default_backend_for_device(...) ==/!= "nccl"`)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,11 @@ from ascendify.auto.rewrite import compile_user_source, rewrite_source
     ("a = 'cuda' != x.device.type", "a = 'npu' != x.device.type"),
     ("a = dist.get_backend() == 'nccl'", "a = dist.get_backend() == 'hccl'"),
     ("a = get_backend(g) != 'nccl'", "a = get_backend(g) != 'hccl'"),
+    # device-generic code: the accelerator is the target, its backend the target's
+    ("a = dist.get_default_backend_for_device(acc) == 'nccl'",
+     "a = dist.get_default_backend_for_device(acc) == 'hccl'"),
+    ("a = torch.accelerator.current_accelerator().type == 'cuda'",
+     "a = torch.accelerator.current_accelerator().type == 'npu'"),
     ("if d.type == 'cuda' and e.type == 'cuda':\n    pass", "if d.type == 'npu' and e.type == 'npu':\n    pass"),
 ])
 def test_rewritten(before, after):

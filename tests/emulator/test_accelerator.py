@@ -137,3 +137,12 @@ def test_inactive_emulator_gives_pytorch_its_functions_back(emulator):
     finally:
         emulator._set_active(True)
     assert A.is_available() and A.current_device_index() == 2
+
+
+def test_the_default_backend_of_the_accelerator_is_hccl():
+    import torch.distributed as dist
+
+    acc = A.current_accelerator()
+    assert dist.get_default_backend_for_device(acc) == "hccl"
+    assert dist.get_default_backend_for_device(torch.device(f"{acc}:1")) == "hccl"
+    assert dist.get_default_backend_for_device("npu") == dist.Backend.default_device_backend_map["npu"]

@@ -5,8 +5,8 @@ Run-time redirection cannot change ``device.type == "cuda"``: the device *is* an
 takes its non-CUDA branch (which may mean a CPU autocast for NPU tensors). The user's
 own files (the entry script and the modules it imports from outside site-packages, torch and the standard
 library) are compiled with one narrow change: in a comparison whose other side is an attribute ``.type`` (a
-device type) the literal ``"cuda"`` becomes the target type, and in a comparison with a ``get_backend()`` call
-``"nccl"`` becomes the target backend. Nothing else changes, nothing is written to disk and no bytecode is
+device type) the literal ``"cuda"`` becomes the target type, and in a comparison with a ``get_backend()`` or
+``get_default_backend_for_device(...)`` call ``"nccl"`` becomes the target backend. Nothing else changes, nothing is written to disk and no bytecode is
 cached, so the files on disk never change. Every rewritten comparison is listed in the report.
 
 The other CUDA checks (:mod:`ascendify.auto.scan`) are listed too; where the operand is a plain value
@@ -40,7 +40,7 @@ class _Checks(ast.NodeTransformer):
             return "cuda"
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute | ast.Name):
             name = node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id
-            if name == "get_backend":
+            if name in ("get_backend", "get_default_backend_for_device"):
                 return "nccl"
         return None
 

@@ -11,6 +11,7 @@ MODULES = (
     "tensors",
     "data_parallel",
     "cuda_api",
+    "accelerator",
     "amp",
     "distributed",
     "backends",

@@ -16,6 +16,8 @@ from __future__ import annotations
 import copyreg
 from typing import Any
 
+from ascendify.auto.record import caller_is_user
+
 
 def class_factory(real: type, qualname: str, module: str, call) -> type:
     """A stand-in for the C type ``real`` whose instances are real ``real`` objects built by ``call``."""
@@ -51,10 +53,19 @@ def install(s) -> None:
     Device = s.Device
     mapper = s.mapper
 
+    # on the cpu target, `cpu:N` in the user's code is the CPU, as `cuda:N` is: device-generic code builds
+    # torch.device(f"{acc}:{rank}") with the accelerator (the cpu there, see .accelerator) and every rank's device
+    # is the one CPU (tensors made there report `cpu`; DDP and FSDP refuse a `cpu:1`)
+    one_cpu, cpu, rec = s.target.device_type == "cpu", Device("cpu"), s.rec
+
     def make_device(*args: Any, **kwargs: Any):
         d = Device(*args, **kwargs)
-        return mapper.map(d, "torch.device") if d.type == "cuda" else d
-
+        if d.type == "cuda":
+            return mapper.map(d, "torch.device")
+        if one_cpu and d.index is not None and d.type == "cpu" and caller_is_user(3):
+            rec.hit("torch.device", "cpu (one cpu device)")
+            return cpu
+        return d
     factory = class_factory(Device, "device", "torch", make_device)
     s.patches.set(torch, "device", factory)
 
@@ -82,3 +93,4 @@ def install(s) -> None:
         return Generator(*args, **kwargs)
 
     s.patches.set(torch, "Generator", class_factory(Generator, "Generator", "torch", make_generator))
+

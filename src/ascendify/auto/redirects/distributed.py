@@ -103,6 +103,10 @@ def _device_id(s, api: str):
             if not t.indexed:
                 return None
             return Device(nd) if type(nd) is str else nd
+        if t.device_type == "cpu" and type(d) is Device and d.type == "cpu":
+            # the accelerator's device (torch.accelerator is the cpu here), which torch refuses as a device_id
+            s.rec.hit(api, "None (cpu)")
+            return None
         return d
 
     return fix

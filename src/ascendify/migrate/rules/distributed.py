@@ -10,6 +10,10 @@ from ..portable import device_type_block
 from .base import NPU, PORTABLE, REPORT_ONLY, UNSAFE, Example, rule
 
 _NCCL = {"nccl": "hccl", "NCCL": "HCCL"}
+# calls that answer a backend name: `dist.get_backend() == "nccl"`, `dist.get_default_backend_for_device(acc) ==
+# "nccl"` (device-generic code asking which backend the accelerator uses)
+_BACKEND_CALLS = frozenset(f"torch.distributed.{mod}{fn}" for mod in ("", "distributed_c10d.")
+                           for fn in ("get_backend", "get_default_backend_for_device"))
 
 
 def _portable_backend(ctx) -> str:
@@ -36,7 +40,8 @@ def _backend_text(ctx, node: ast.Constant) -> str | None:
     ## What it does
     Rewrites `"nccl"` where it is used as a backend: `init_process_group("nccl")`, `backend="nccl"`, variables,
     argparse defaults and parameter defaults that flow there, and comparisons such as
-    `dist.get_backend() == "nccl"`.
+    `dist.get_backend() == "nccl"` and, in device-generic code, `dist.get_default_backend_for_device(acc) ==
+    "nccl"` (which asks whether the accelerator is a GPU).
 
     ## Why
     NCCL does not exist on Ascend; its counterpart is HCCL (`hccl`).
@@ -65,6 +70,14 @@ def _backend_text(ctx, node: ast.Constant) -> str | None:
             "import torch\nimport torch.distributed as dist\n" + device_type_block()
             + "dist.init_process_group(dist.get_default_backend_for_device(DEVICE_TYPE))\n",
             target=PORTABLE,
+        ),
+        Example(
+            "import torch\nimport torch.distributed as dist\nacc = torch.accelerator.current_accelerator()\n"
+            'if dist.get_default_backend_for_device(acc) == "nccl":\n    pass\n',
+            "import torch\nimport torch_npu\nimport torch.distributed as dist\n"
+            "acc = torch.accelerator.current_accelerator()\n"
+            'if dist.get_default_backend_for_device(acc) == "hccl":\n    pass\n',
+            note="device-generic code asking whether the accelerator's backend is NCCL",
         ),
         Example('log("nccl timeout")\n', None),
     ],
@@ -95,7 +108,7 @@ def _is_nccl(n: ast.AST) -> bool:
 def _is_backend_expr(ctx, n: ast.AST) -> bool:
     if isinstance(n, ast.Call):
         q = ctx.qname(n.func)
-        return q in ("torch.distributed.get_backend", "torch.distributed.distributed_c10d.get_backend")
+        return q in _BACKEND_CALLS
     if isinstance(n, ast.Name):
         return is_backend_name(n.id) or ctx.roles.get(n) == "backend"
     if isinstance(n, ast.Attribute):
