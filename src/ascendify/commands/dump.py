@@ -37,7 +37,8 @@ examples:
   ascendify dump --overflow --overflow-action record -o out/ train.py
 
 exit status: the program's; 1 --overflow found one; 3 a package is missing, 4 the dump could not be written (too large for
---max-bytes, disk full), 2 a bad command line or config.
+--max-bytes, disk full), 2 a bad command line or config, or an output folder that another dump is writing or that
+holds other files (an earlier dump of ascendify's is replaced whole).
 """
 
 LEVELS = {"module": "module", "api": "api", "mix": "mix", "L0": "module", "L1": "api"}
@@ -203,6 +204,19 @@ def run(args: argparse.Namespace) -> int:
     if problem:
         print(f"ascendify dump: -o {out}: {problem}", file=sys.stderr)
         return 2
+    from ascendify.precision import msprobe_io
+
+    # one dump at a time into a folder, never over a user's files; an earlier dump of ours is replaced whole
+    try:
+        with msprobe_io.dump_folder(out, program=prog.display()) as held:
+            held.exit_code = _run(args, prog, conf)
+            return held.exit_code
+    except msprobe_io.DumpFolderError as e:
+        print(f"ascendify dump: {e}", file=sys.stderr)
+        return 2
+
+
+def _run(args: argparse.Namespace, prog, conf: dict) -> int:
     if prog.kind == "torchrun":
         flags = _flags(args)
         return prog.relaunch_torchrun(["dump", *flags, "--"], who="ascendify dump")

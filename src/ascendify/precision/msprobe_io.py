@@ -29,11 +29,13 @@ Tensor files load with ``torch.load(weights_only=True)`` (``.pt``) or ``numpy.lo
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import math
 import os
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -77,11 +79,35 @@ def _dumps(obj: Any) -> bytes:
     return (json.dumps(obj) + "\n").encode("utf-8")
 
 
+class DumpWriteError(RuntimeError):
+    """A step could not be written (a full disk, a folder that became read-only): the message names the step and
+    the file, and says that the partial step was removed."""
+
+
 def write_step(dumper, recs, rows) -> Path:
-    """Write one recorded step of ``dumper`` (``Dumper``); returns the rank folder."""
+    """Write one recorded step of ``dumper`` (``Dumper``); returns the rank folder. A write that fails (a full
+    disk) removes what it wrote of the step, so no rank folder is left without its ``dump.json``, and raises
+    :class:`DumpWriteError`."""
+    folder = Path(dumper.root) / f"step{dumper.step_index}" / f"rank{dumper._rank}"
+    try:
+        return _write_step(dumper, recs, rows, folder)
+    except OSError as e:
+        import shutil
+
+        shutil.rmtree(folder, ignore_errors=True)
+        try:
+            folder.parent.rmdir()  # the step folder, when no other rank wrote into it
+        except OSError:
+            pass
+        where = e.filename or folder
+        raise DumpWriteError(f"{dumper.root}: step {dumper.step_index} could not be written ({where}: "
+                             f"{e.strerror or e}); that step was removed, the steps before it are complete"
+                             ) from None
+
+
+def _write_step(dumper, recs, rows, folder: Path) -> Path:
     import torch
 
-    folder = Path(dumper.root) / f"step{dumper.step_index}" / f"rank{dumper._rank}"
     data_dir = folder / "dump_tensor_data"
     if dumper.mode == "tensors":
         dumper.check_disk(Path(dumper.root), dumper._bytes)
@@ -246,6 +272,104 @@ def write_step(dumper, recs, rows) -> Path:
     _write_plain(folder / "construct.json", _dumps(construct))
     write_atomic(folder / "dump.json", _dumps(doc), mode=0o644, durable=False)
     return folder
+
+
+# ------------------------------------------------------------------------------------------------ the dump folder
+
+# written into the folder of ``ascendify dump``: a later dump recognises its own earlier output and replaces it
+# whole; any other non-empty folder is refused (it holds a user's files)
+DUMP_MARKER = ".ascendify-dump.json"
+
+
+def _own_entry(p: Path) -> bool:
+    """What ``ascendify dump`` writes at the top of its folder: ``step<N>/``, ``overflow.json``, the marker."""
+    return (_STEP_RE.match(p.name) is not None and p.is_dir()) or p.name in ("overflow.json", DUMP_MARKER)
+
+
+def _earlier_dump(folder: Path) -> bool:
+    """A dump written before the marker existed: only our entries, and a ``dump.json`` (or ``overflow.json``) of
+    ours among them (msprobe's dumps, with no ``ascendify`` key, are the user's)."""
+    from ascendify.core.fileio import LOCK_NAME
+
+    entries = [p for p in folder.iterdir() if p.name != LOCK_NAME]
+    if not entries or not all(_own_entry(p) for p in entries):
+        return False
+    for p in entries:
+        try:
+            if p.name == "overflow.json":
+                doc = json.loads(p.read_text(encoding="utf-8"))
+                return isinstance(doc, dict) and "calls_checked" in doc and "program" in doc
+            for rd in p.iterdir():
+                f = rd / "dump.json"
+                if f.is_file():
+                    doc = _read_json(f)
+                    return isinstance(doc, dict) and isinstance(doc.get("ascendify"), dict)
+        except (OSError, ValueError):
+            return False
+    return False
+
+
+class DumpFolder:
+    """What :func:`dump_folder` yields: set ``exit_code`` before leaving; it goes in the marker."""
+
+    def __init__(self, root: Path, prepared: bool):
+        self.root = root
+        self.prepared = prepared  # this process took the folder (not a rank of a run another process prepared)
+        self.exit_code: int | None = None
+
+
+class DumpFolderError(ValueError):
+    """The dump folder cannot be used: another dump is writing it, or it holds a user's files."""
+
+
+@contextlib.contextmanager
+def dump_folder(root: str | os.PathLike[str], *, program: str, who: str = "ascendify dump") -> Iterator[DumpFolder]:
+    """Take the dump folder ``root`` for one run of ``ascendify dump``: refuse it while another dump (or any
+    ascendify verb) writes it (``core.fileio.output_lock``), refuse a non-empty folder it did not write (no
+    ``.ascendify-dump.json`` marker, and not a dump of ours from before the marker), replace an earlier dump of
+    ours whole (its ``step<N>/`` folders and ``overflow.json`` go; a file the user put beside them stays), and
+    mark the folder as ours, unfinished until the run ends. Raises :class:`DumpFolderError`.
+
+    Ranks other than 0 of a distributed run take nothing: rank 0 (or the ``ascendify dump`` that started
+    torchrun) prepared the folder, and each rank writes only its own ``rank<R>`` folders."""
+    from ascendify.core import fileio
+
+    root = Path(root)
+    if os.environ.get("RANK", "0").strip() not in ("", "0"):
+        yield DumpFolder(root, prepared=False)
+        return
+    stack = contextlib.ExitStack()
+    try:
+        lock = stack.enter_context(fileio.output_lock(root, who))
+    except fileio.OutputLocked as e:
+        raise DumpFolderError(str(e)) from None
+    except OSError as e:
+        raise DumpFolderError(f"{root}: cannot be made ({e.strerror or e})") from None
+    with stack:
+        held = DumpFolder(root, prepared=not lock.inherited)
+        if held.prepared:
+            problem = fileio.foreign_output(root, DUMP_MARKER, who, ours=_earlier_dump)
+            if problem:
+                raise DumpFolderError(problem)
+            try:
+                fileio.remove_entries(root, _own_entry)
+                _mark(root, who, program, finished=False)
+            except OSError as e:
+                raise DumpFolderError(f"{root}: cannot be written ({e.strerror or e})") from None
+        yield held
+        if held.prepared:
+            try:
+                _mark(root, who, program, finished=True, exit_code=held.exit_code)
+            except OSError:
+                pass  # a full disk: the marker still says "unfinished", which is true enough
+
+
+def _mark(root: Path, who: str, program: str, **info: Any) -> None:
+    import time
+
+    from ascendify.core import fileio
+
+    fileio.write_marker(root, DUMP_MARKER, who, program=program, time=time.strftime("%Y-%m-%d %H:%M:%S"), **info)
 
 
 def _write_plain(path: Path, data: bytes | str) -> None:

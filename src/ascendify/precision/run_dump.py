@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 from ascendify.precision.dumper import DEFAULT_MAX_BYTES, Dumper, DumpTooLarge, set_active
+from ascendify.precision.msprobe_io import DumpWriteError
 
 
 def make_runner(prog, *, emulate: bool = False, to: str | None = None):
@@ -65,7 +66,7 @@ def run_program(prog, conf: dict, *, emulate: bool = False, to: str | None = Non
     finally:
         try:
             dumper.stop()
-        except (DumpTooLarge, OSError) as e:
+        except (DumpTooLarge, DumpWriteError, OSError) as e:
             error = e
         set_active(None)
     if error is None and dumper.error is not None:
