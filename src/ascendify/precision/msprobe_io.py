@@ -552,17 +552,48 @@ def _num(v: Any) -> float | None:
     return None
 
 
-def _tensor(d: dict[str, Any], key: str) -> TensorStats:
+_STATS = ("Max", "Min", "Mean", "Norm")
+
+
+def _stat(d: dict[str, Any], name: str, where: str) -> float | None:
+    """A statistic of a tensor entry: a number, null, or a non-finite one written as a string ("NaN", "inf")."""
+    v = d.get(name)
+    x = _num(v)
+    if x is None and v is not None:
+        raise ValueError(f"{where}: {name} is {v!r}, not a number")
+    return x
+
+
+def _tensor(d: dict[str, Any], key: str, where: str | None = None) -> TensorStats:
+    """One tensor entry, checked: a damaged or edited entry is an error that says what is wrong (a dump that does
+    not say what its tensors hold cannot be compared, and must not be read as another model or a random draw)."""
+    where = where or f"tensor {key}"
+    missing = [k for k in ("dtype", "shape") if k not in d]
+    if missing:
+        raise ValueError(f"{where}: a tensor without {' and '.join(missing)}")
+    if not isinstance(d["shape"], list) or not all(isinstance(x, int) and x >= 0 for x in d["shape"]):
+        raise ValueError(f"{where}: shape is {d['shape']!r}, not a list of sizes")
+    absent = [k for k in _STATS if k not in d]
+    if absent and "md5" not in d and not d.get("data_name"):
+        raise ValueError(f"{where}: no {', '.join(absent)} (a statistics dump has Max, Min, Mean and Norm for "
+                         "every tensor)")
+    mx, mn = _stat(d, "Max", where), _stat(d, "Min", where)
+    counts = []
+    for k in ("nan_count", "inf_count"):
+        v = d.get(k)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
+            raise ValueError(f"{where}: {k} is {v!r}, not a count")
+        counts.append(v or 0)
     ref = d.get("data_name")
     return TensorStats(
         dtype=str(d.get("dtype")),
-        shape=tuple(int(x) for x in d.get("shape") or ()),
-        max=_num(d.get("Max")),
-        min=_num(d.get("Min")),
-        mean=_num(d.get("Mean")),
-        norm=_num(d.get("Norm")),
-        nan_count=int(d.get("nan_count") or 0),
-        inf_count=int(d.get("inf_count") or 0),
+        shape=tuple(d["shape"]),
+        max=mx,
+        min=mn,
+        mean=_stat(d, "Mean", where),
+        norm=_stat(d, "Norm", where),
+        nan_count=counts[0],
+        inf_count=counts[1],
         fingerprint=tuple(_num(x) or 0.0 for x in d.get("fingerprint") or ()),
         data_ref=f"dump_tensor_data/{ref}" if ref and ref != "-1" else None,
         md5=d.get("md5"),
@@ -579,12 +610,18 @@ def _is_tensor(d: Any) -> bool:
 _NON_FINITE = ("NaN", "Infinity", "-Infinity")
 
 
-def _values(v: Any, key: str, out: list, scalars: dict | None) -> None:
-    if _is_tensor(v):
-        out.append(_tensor(v, key))
+def _looks_like_tensor(d: Any) -> bool:
+    """A tensor entry that lost its ``dtype`` or ``shape``: typed ``torch.Tensor``, or statistics without a
+    scalar's ``value``."""
+    return isinstance(d, dict) and (d.get("type") == "torch.Tensor" or ("value" not in d and any(k in d for k in _STATS)))
+
+
+def _values(v: Any, key: str, out: list, scalars: dict | None, where: str = "") -> None:
+    if _is_tensor(v) or _looks_like_tensor(v):
+        out.append(_tensor(v, key, f"{where} {key or '0'}".strip()))
     elif isinstance(v, list):
         for i, x in enumerate(v):
-            _values(x, f"{key}.{i}" if key else str(i), out, scalars)
+            _values(x, f"{key}.{i}" if key else str(i), out, scalars, where)
     elif isinstance(v, dict) and "type" in v:
         value = v.get("value")
         if isinstance(value, str) and value in _NON_FINITE and v.get("type") != "str":
@@ -715,17 +752,17 @@ def load_dump(path: str | os.PathLike[str], step: int | None = None, rank: int |
         )
         try:
             if info["direction"] == "forward":
-                _values(entry.get("input_args", []), "", node.inputs, node.scalars)
+                _values(entry.get("input_args", []), "", node.inputs, node.scalars, "input")
                 for k, v in (entry.get("input_kwargs") or {}).items():
-                    _values(v, k, node.inputs, node.scalars)
+                    _values(v, k, node.inputs, node.scalars, "input")
             else:
-                _values(entry.get("input", []), "", node.inputs, None)
+                _values(entry.get("input", []), "", node.inputs, None, "input")
             outs: list = []
-            _values(entry.get("output", []), "", outs, None)
+            _values(entry.get("output", []), "", outs, None, "output")
             node.outputs = [x for x in outs if isinstance(x, TensorStats)]
             for p, v in (entry.get("parameters") or {}).items():
-                if _is_tensor(v):
-                    node.params[p] = _tensor(v, p)
+                if _is_tensor(v) or _looks_like_tensor(v):
+                    node.params[p] = _tensor(v, p, f"parameter {p}")
         except (TypeError, ValueError, AttributeError) as e:
             raise DumpError(f, f"entry {name!r} is malformed: {e}") from None
         nodes.append(node)
@@ -746,8 +783,11 @@ def load_dump(path: str | os.PathLike[str], step: int | None = None, rank: int |
             by_name[target.name] = target
         for p, v in entry.items():
             v = v[0] if isinstance(v, list) and v else v
-            if _is_tensor(v):
-                target.grads[p] = _tensor(v, p)
+            if _is_tensor(v) or _looks_like_tensor(v):
+                try:
+                    target.grads[p] = _tensor(v, p, f"gradient {p}")
+                except ValueError as e:
+                    raise DumpError(f, f"entry {name!r} is malformed: {e}") from None
     meta = dict(ours or {})
     meta.setdefault("task", doc.get("task"))
     meta["msprobe_level"] = doc.get("level")
