@@ -13,6 +13,13 @@ class ConfigError(ValueError):
     """A bad configuration value or file; the message names the field or file and what is wrong."""
 
 
+class OutputError(RuntimeError):
+    """The run's output could not be written (a full disk, a folder made read-only): the message names the file.
+    ``ascendify train`` exits 4."""
+
+    exit_code = 4
+
+
 @dataclass
 class TrainConfig:
     """Everything a training run depends on. Field docs are the ``--help`` texts."""
