@@ -146,3 +146,17 @@ def test_an_earlier_report_is_replaced_whole_and_one_comparison_writes_at_a_time
     with fileio.output_lock(out, "ascendify compare"):  # another comparison writing there now
         assert main(["compare", str(golden), str(golden), "-o", str(out)]) == 2
         assert "is being written by ascendify compare (pid" in capsys.readouterr().err
+
+
+def test_lockstep_inputs_of_the_wrong_shape_are_bad_input_not_a_divergence(tmp_path, capsys):
+    (tmp_path / "m.py").write_text(
+        "import torch.nn as nn\n\n\nclass Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+        "        self.fc = nn.Linear(4, 2)\n\n    def forward(self, x):\n        return self.fc(x)\n")
+    code = main(["compare", "--model", f"{tmp_path / 'm.py'}:Net", "--inputs", "2x5", "--target", "cpu:fp32",
+                 "-o", str(tmp_path / "r")])
+    assert code == 3
+    err = capsys.readouterr().err
+    assert err.startswith("ascendify compare: the golden model raised RuntimeError: mat1 and mat2 shapes cannot be "
+                          "multiplied (2x5 and 4x2)")
+    assert f"at {tmp_path / 'm.py'}:10 when called on the inputs (2x5 float32): check --inputs" in err
+    assert not (tmp_path / "r").exists()
