@@ -108,3 +108,9 @@ def test_list_checks_fits_80_columns(capsys, monkeypatch):
     assert any(line.startswith("    Fix: ") for line in lines)
     assert any(line.startswith("smoke:<target>, perf:<target>: device checks") for line in lines)
     assert "--check device runs them" in " ".join(line.strip() for line in lines)
+
+
+def test_an_out_folder_that_cannot_be_written_exits_3_as_documented(capsys, tmp_path):
+    (tmp_path / "afile").write_text("x")
+    assert cli.main(["doctor", "--skip-device", "--quiet", "--out", str(tmp_path / "afile" / "rep")]) == 3
+    assert "afile is a file, not a folder" in capsys.readouterr().err

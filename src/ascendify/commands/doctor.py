@@ -22,7 +22,8 @@ real NPU, CUDA, the emulated npu (host speed) and the CPU.
   ascendify doctor --out report/         doctor.json + doctor.md
   ascendify doctor --explain train.log   known errors in a log (or: --explain -)
 
-exit status: 0 no check failed; 1 a check failed (--explain: 1 when nothing matched); 2 usage error.
+exit status: 0 no check failed; 1 a check failed (--explain: 1 when nothing matched); 2 usage error (an
+unreadable log); 3 the --out folder cannot be written.
 """
 
 
@@ -76,7 +77,7 @@ def run(args) -> int:
 
         if problem := folder_problem(args.out):  # before the facts are gathered
             print(f"ascendify doctor: --out {args.out}: {problem}", file=sys.stderr)
-            return 2
+            return 3  # the --out folder cannot be written (docs/doctor.md), as when writing it fails later
     err = report.console(stderr=True)
 
     def progress(msg: str) -> None:
@@ -137,27 +138,32 @@ def _explain(args) -> int:
     from ascendify.doctor import explain, render
 
     src = args.explain
-    if src == "-":
-        text, name = sys.stdin.read(), "stdin"
-    else:
-        try:
+    try:
+        if src == "-":
+            name = "stdin"
+            result = explain.scan(sys.stdin)
+        else:
+            name = src
             with open(src, encoding="utf-8", errors="replace") as f:
-                text = f.read()
-        except FileNotFoundError:
-            print(f"ascendify doctor --explain: {src}: no such file", file=sys.stderr)
-            return 2
-        except IsADirectoryError:
-            print(f"ascendify doctor --explain: {src}: is a folder, not a log file", file=sys.stderr)
-            return 2
-        except OSError as e:
-            print(f"ascendify doctor --explain: cannot read {src}: {e.strerror or e}", file=sys.stderr)
-            return 2
-        name = src
-    groups = explain.summarize(explain.match_text(text))
+                result = explain.scan(f)  # streamed: a log of any size, read to its last line
+    except FileNotFoundError:
+        print(f"ascendify doctor --explain: {src}: no such file", file=sys.stderr)
+        return 2
+    except IsADirectoryError:
+        print(f"ascendify doctor --explain: {src}: is a folder, not a log file", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"ascendify doctor --explain: cannot read {src}: {e.strerror or e}", file=sys.stderr)
+        return 2
+    if result.unread:  # what was read is still explained, and it is said that the rest was not
+        print(f"ascendify doctor --explain: {name}: {result.unread}; the lines before it are explained",
+              file=sys.stderr)
+    groups = explain.summarize(result.hits, result.counts)
     if args.json:
         from ascendify import report
 
-        sys.stdout.write(report.dumps_json({"source": name, "matches": groups}) + "\n")
+        sys.stdout.write(report.dumps_json({"source": name, "lines": result.lines, "unread": result.unread,
+                                            "matches": groups}) + "\n")
     else:
         sys.stdout.write(render.explain_text(groups, name))
     return 0 if groups else 1
