@@ -114,3 +114,8 @@ def test_an_out_folder_that_cannot_be_written_exits_3_as_documented(capsys, tmp_
     (tmp_path / "afile").write_text("x")
     assert cli.main(["doctor", "--skip-device", "--quiet", "--out", str(tmp_path / "afile" / "rep")]) == 3
     assert "afile is a file, not a folder" in capsys.readouterr().err
+
+
+def test_an_empty_check_id_is_a_usage_error(capsys):
+    assert cli.main(["doctor", "--check", "", "--skip-device", "--quiet"]) == 2
+    assert "--check needs a check id" in capsys.readouterr().err

@@ -160,3 +160,38 @@ def test_lockstep_inputs_of_the_wrong_shape_are_bad_input_not_a_divergence(tmp_p
                           "multiplied (2x5 and 4x2)")
     assert f"at {tmp_path / 'm.py'}:10 when called on the inputs (2x5 float32): check --inputs" in err
     assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize(
+    ("argv", "code", "message"),
+    [
+        (["--tolerance", "nan"], 2, "--tolerance must be a positive finite number, not nan"),  # passed everything
+        (["--tolerance", "inf"], 2, "--tolerance must be a positive finite number, not inf"),
+    ],
+)
+def test_a_tolerance_that_passes_everything_is_refused(golden, tmp_path, capsys, argv, code, message):
+    assert main(["compare", str(golden), str(golden), *argv, "-o", str(tmp_path / "r")]) == code
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("2x-3", "input spec '2x-3': every size must be at least 1"),  # was torch's traceback, exit 1
+        ("0x4", "input spec '0x4': every size must be at least 1"),  # an empty tensor: a MATCH that proves nothing
+        ("4x2:int64:0", "input spec '4x2:int64:0': the upper bound must be at least 1"),
+    ],
+)
+def test_lockstep_input_sizes_must_be_positive(tmp_path, capsys, spec, message):
+    (tmp_path / "m.py").write_text("import torch.nn as nn\n\n\ndef make():\n    return nn.Linear(4, 2)\n")
+    code = main(["compare", "--model", f"{tmp_path / 'm.py'}:make", "--inputs", spec, "--target", "cpu",
+                 "-o", str(tmp_path / "r")])
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and "Traceback" not in err
+
+
+def test_an_empty_history_is_said_to_be_empty(tmp_path, capsys):
+    (tmp_path / "h.json").write_text("[]")
+    assert main(["compare", "--curves", str(tmp_path / "h.json"), str(tmp_path / "h.json"),
+                 "-o", str(tmp_path / "r")]) == 3
+    assert "h.json: an empty history (no epoch or step recorded" in capsys.readouterr().err

@@ -104,3 +104,23 @@ def test_a_full_disk_stops_the_dump_with_status_4_and_no_partial_step(work, monk
     assert load_dump(work / "out", step=0).nodes
     marker = json.loads((work / "out" / ".ascendify-dump.json").read_text())
     assert marker["exit_code"] == 4
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--steps", "-1"], "--steps: '-1': steps and ranks count from 0"),  # selected nothing, said nothing
+        (["--mode", "tensors", "--max-bytes", "0"], "--max-bytes: '0' must be a size of at least 1 byte"),  # default
+        (["--mode", "tensors", "--max-bytes", "-5"], "--max-bytes: '-5' must be a size of at least 1 byte"),
+    ],
+)
+def test_numbers_that_select_nothing_are_refused(work, capsys, argv, message):
+    assert main(["dump", "-q", *argv, "-o", "out", "train.py"]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+    assert not (work / "out").exists()
+
+
+def test_a_scope_that_matches_nothing_is_said(work, capsys):
+    assert main(["dump", "--scope", "no.such.layer", "-o", "out", "train.py"]) == 0
+    assert "--scope no.such.layer matched no module path or API" in capsys.readouterr().err

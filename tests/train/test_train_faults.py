@@ -69,3 +69,40 @@ def test_a_model_factory_that_raises_says_file_factory_and_exception(tmp_path, c
     assert err == (f"ascendify train: {tmp_path / 'broke.py'}:make: make() raised RuntimeError: factory broke "
                    f"(at {tmp_path / 'broke.py'}:2)")
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [
+        ({"lr": float("nan")}, "lr must be a finite number, not nan"),  # trained on NaN losses, exit 0
+        ({"momentum": float("inf")}, "momentum must be a finite number, not inf"),
+        ({"num_classes": 1}, "num_classes must be at least 2"),  # cross-entropy over one class: always 0
+    ],
+)
+def test_settings_that_cannot_train_are_refused(tiny_cfg, kw, message):
+    with pytest.raises(ConfigError, match=message):
+        tiny_cfg(**kw)
+
+
+def test_nproc_below_one_is_refused(tmp_path, capsys):
+    assert main(["train", *ARGS, "--nproc", "0", "--out", str(tmp_path / "o")]) == 2
+    assert "--nproc must be at least 1, not 0" in capsys.readouterr().err
+
+
+def test_a_fresh_run_never_overwrites_a_users_files(tiny_cfg, tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "curves.png").write_bytes(b"my own picture")
+    (out / "train.toml").write_text("epochs = 1\n")  # a config beside the run is fine
+    with pytest.raises(ConfigError, match=r"holds curves.png, which this run would overwrite"):
+        train(tiny_cfg(epochs=1), show_progress=False)
+    assert (out / "curves.png").read_bytes() == b"my own picture"
+    (out / "curves.png").unlink()
+    train(tiny_cfg(epochs=1), show_progress=False)
+    assert (out / "train.toml").read_text() == "epochs = 1\n" and (out / "last.pt").is_file()
+
+
+def test_data_that_is_a_file_is_said_to_be_a_file(tmp_path, capsys):
+    (tmp_path / "x.txt").write_text("x")
+    assert main(["train", *ARGS, "--data", str(tmp_path / "x.txt"), "--out", str(tmp_path / "o")]) == 2
+    assert f"{tmp_path / 'x.txt'}: is a file, not a folder" in capsys.readouterr().err

@@ -91,8 +91,8 @@ def run(args: argparse.Namespace) -> int:
     forms = sum(bool(x) for x in (args.curves, args.model, args.golden or args.target))
     if forms != 1:
         return _err("give two dumps, or --model FILE:FACTORY, or --curves A B (exactly one of them)", 2)
-    if args.tolerance is not None and args.tolerance <= 0:
-        return _err("--tolerance must be positive", 2)
+    if args.tolerance is not None and not 0 < args.tolerance < float("inf"):  # nan or inf would pass everything
+        return _err(f"--tolerance must be a positive finite number, not {args.tolerance}", 2)
     if getattr(args, "overflow", False) and not args.model:
         return _err("--overflow runs the target model: it needs --model (for a program, ascendify dump --overflow)", 2)
     from ascendify.core import fileio

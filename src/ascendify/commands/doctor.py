@@ -61,6 +61,9 @@ def run(args) -> int:
     only = None
     if args.check:
         only = [c.strip() for x in args.check for c in x.split(",") if c.strip()]
+        if not only:  # --check "" (an empty shell variable) ran every check, as if no --check were given
+            print("ascendify doctor: --check needs a check id (see --list-checks)", file=sys.stderr)
+            return 2
         unknown = [c for c in only if c not in REGISTRY and not c.startswith(("device", "smoke", "perf"))]
         if unknown:
             print(f"ascendify doctor: unknown check {', '.join(unknown)} (see --list-checks)", file=sys.stderr)

@@ -83,6 +83,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.nproc < 1:
+        print(f"ascendify train: --nproc must be at least 1, not {args.nproc}", file=sys.stderr)
+        return 2
     if args.nproc > 1 and "LOCAL_RANK" not in os.environ:
         return _relaunch(args)
     from ascendify import report

@@ -85,6 +85,7 @@ def run_program(prog, conf: dict, *, emulate: bool = False, to: str | None = Non
             for w in dumper.written_info
         ],
         "error": str(error) if error else None,
+        "scope": list(dumper.scope),
     }
     if json_path:
         from ascendify import report
@@ -118,4 +119,10 @@ def _print_summary(summary: dict) -> None:
         ]
         report.print_table(cols, rows, console_=con)
     elif summary["exit_code"] == 0 and not summary["error"]:
-        con.print("nothing was recorded: did the program run any torch module or API call in the selected steps?")
+        scope = summary.get("scope")
+        if scope:  # the likelier reason: the scope named nothing the program ran
+            con.print(f"nothing was recorded: --scope {','.join(scope)} matched no module path or API the "
+                      "program called in the selected steps (module paths as in named_modules(): layers.0)")
+        else:
+            con.print("nothing was recorded: did the program run any torch module or API call in the selected "
+                      "steps?")

@@ -250,3 +250,11 @@ def _check_out(cfg: TrainConfig, out: Path) -> None:
                                   f"resume with the same settings")
     elif last.exists() or (out / "history.json").exists():
         raise ConfigError(f"{out} holds an earlier run: pass --resume to continue it, or choose another --out")
+    else:  # files of the user's that a fresh run would overwrite (a config file beside them is fine)
+        taken = [n for n in OUTPUTS if (out / n).exists()]
+        if taken:
+            raise ConfigError(f"--out {out} holds {', '.join(taken)}, which this run would overwrite: move them, "
+                              "or choose another --out")
+
+
+OUTPUTS = ("best.pt", "last.pt", "history.json", "history.csv", "curves.png", "train.json", "tb")  # what a run writes
