@@ -23,7 +23,7 @@ real NPU, CUDA, the emulated npu (host speed) and the CPU.
   ascendify doctor --explain train.log   known errors in a log (or: --explain -)
 
 exit status: 0 no check failed; 1 a check failed (--explain: 1 when nothing matched); 2 usage error (an
-unreadable log); 3 the --out folder cannot be written.
+unreadable log, an --out that is a file); 3 the --out folder cannot be written (read-only, no permission).
 """
 
 
@@ -80,7 +80,9 @@ def run(args) -> int:
 
         if problem := folder_problem(args.out):  # before the facts are gathered
             print(f"ascendify doctor: --out {args.out}: {problem}", file=sys.stderr)
-            return 3  # the --out folder cannot be written (docs/doctor.md), as when writing it fails later
+            # a file where the folder should be is a usage error (2); a folder that cannot be written (read-only,
+            # no permission) is 3, as when writing it fails later (docs/doctor.md)
+            return 2 if _under_a_file(args.out) else 3
     err = report.console(stderr=True)
 
     def progress(msg: str) -> None:
@@ -111,6 +113,16 @@ def run(args) -> int:
         if args.out:
             print(f"wrote {args.out}/doctor.json and {args.out}/doctor.md")
     return 1 if rep["summary"]["fail"] else 0
+
+
+def _under_a_file(path: str) -> bool:
+    """True when ``path`` or the nearest of its folders that exists is a file."""
+    from pathlib import Path
+
+    probe = Path(path)
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    return probe.exists() and not probe.is_dir()
 
 
 def _list_checks(registry, args) -> int:
