@@ -195,3 +195,16 @@ def test_an_empty_history_is_said_to_be_empty(tmp_path, capsys):
     assert main(["compare", "--curves", str(tmp_path / "h.json"), str(tmp_path / "h.json"),
                  "-o", str(tmp_path / "r")]) == 3
     assert "h.json: an empty history (no epoch or step recorded" in capsys.readouterr().err
+
+
+def test_a_dump_that_did_not_finish_is_said_so(tmp_path, capsys):
+    (tmp_path / "t.py").write_text("import torch\nx = torch.ones(3) * 2\n")
+    g = tmp_path / "g"
+    assert main(["dump", "-q", "-o", str(g), str(tmp_path / "t.py")]) == 0
+    assert main(["compare", str(g), str(g), "-o", str(tmp_path / "r1")]) == 0
+    assert "did not finish" not in capsys.readouterr().err
+    marker = g / ".ascendify-dump.json"
+    marker.write_text(marker.read_text().replace('"finished": true', '"finished": false'))  # killed mid-run
+    assert main(["compare", str(g), str(g / "step0"), "-o", str(tmp_path / "r2")]) == 0
+    err = capsys.readouterr().err
+    assert err.count(f"warning: {g} is from a dump that did not finish") == 1

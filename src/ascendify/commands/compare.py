@@ -207,9 +207,11 @@ def _run_dumps(args) -> int:
         return _err(f"comparing dumps needs PyTorch ({e})", 3)
     g, t = Path(args.golden), Path(args.target)
     try:
+        warned: set = set()
         for p in (g, t):
             if not p.exists():
                 raise DumpError(p, "no such file or folder")
+            _warn_if_unfinished(p, warned)
         gsr, tsr = _steps_ranks(g, list_steps_ranks), _steps_ranks(t, list_steps_ranks)
         if gsr is None or tsr is None:  # a step or rank folder, or a dump.json: one pair
             return _emit(compare_dumps(g, t, step=args.step, rank=args.rank, tolerance=args.tolerance or 1.0), args)
@@ -240,6 +242,23 @@ def _run_dumps(args) -> int:
         worst = max(worst, _emit(res, args))
     args.out = out
     return worst
+
+
+def _warn_if_unfinished(path, warned: set) -> None:
+    """Say when ``path`` belongs to an ``ascendify dump`` that has not finished (interrupted, or still running):
+    its last step may be missing or partial, though the folder looks like a complete run."""
+    from ascendify.core.fileio import read_marker
+    from ascendify.precision.msprobe_io import DUMP_MARKER
+
+    for root in [path, *list(path.resolve().parents)[:3]]:
+        marker = read_marker(root, DUMP_MARKER)
+        if marker is not None:
+            if marker.get("finished") is False and root.resolve() not in warned:
+                warned.add(root.resolve())
+                print(f"ascendify compare: warning: {root} is from a dump that did not finish ({marker.get('program')}"
+                      f", started {marker.get('time')}): interrupted, or still running; its last step may be "
+                      "missing", file=sys.stderr)
+            return
 
 
 def _steps_ranks(path, lister):
