@@ -35,6 +35,28 @@ def wanted() -> bool:
     return os.environ.get(ENV, "").strip().lower() == "npu" and os.environ.get(OFF_ENV, "1").strip() != "0"
 
 
+OFF_VALUES = ("", "0", "off", "no", "false", "none", "cpu")  # the variable set, but to "not emulated"
+_WARNED_ENV = "ASCENDIFY_EMULATE_WARNED"  # said once per process tree (children inherit the variable too)
+
+
+def bad_value() -> str | None:
+    """The message for an ``ASCENDIFY_EMULATE`` value that means neither on (``npu``) nor off (unset, ``0``...):
+    ``1`` or ``NPU1`` is not silently ignored. None for a value that is understood."""
+    value = os.environ.get(ENV)
+    if value is None or value.strip().lower() in ("npu", *OFF_VALUES):
+        return None
+    return (f"ascendify: {ENV}={value!r} is not understood: the emulated npu is NOT enabled\n"
+            f"  (set {ENV}=npu to enable it, or unset it to run without it)")
+
+
+def warn_bad_value() -> None:
+    """Say :func:`bad_value` on stderr, once per process tree."""
+    msg = bad_value()
+    if msg and not os.environ.get(_WARNED_ENV):
+        os.environ[_WARNED_ENV] = "1"
+        print(msg, file=sys.stderr)
+
+
 class EmulatedTorchNpuFinder:
     """Last-resort finder for ``torch_npu``: enable the emulator, then let its shim provide the module."""
 
@@ -120,8 +142,11 @@ def autoload() -> None:
 
 
 def install() -> bool:
-    """Append the finder when :func:`wanted` (once per process). Returns True when the finder is in place."""
+    """Append the finder when :func:`wanted` (once per process). Returns True when the finder is in place. A
+    value of the variable that means neither on nor off (``1``, ``NPU1``) is said on stderr, not ignored
+    silently."""
     if not wanted():
+        warn_bad_value()
         return False
     if any(isinstance(f, EmulatedTorchNpuFinder) for f in sys.meta_path):
         return True

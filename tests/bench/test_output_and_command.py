@@ -230,3 +230,26 @@ def test_a_cpu_quick_run_fits_80_columns_in_one_part():
     con.print(output.render_table([*recs, _rec(status="oom", throughput=None, latency_ms=None, mfu=None)]))
     assert "status" in con.file.getvalue() and "oom" in con.file.getvalue()
     assert output.csv_rows(recs)[0]["status"] == "ok"  # the records themselves keep it
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--model", ""], "expected a model name"),  # ran nothing and exited 0
+        (["--image-size", "0"], "--image-size: must be at least 1, got 0"),  # 0 was the default, silently
+        (["--seq-len", "0"], "--seq-len: must be at least 1, got 0"),
+        (["--num-classes", "0"], "--num-classes: must be at least 1, got 0"),
+        (["--threads", "0"], "--threads: must be at least 1, got 0"),
+    ],
+)
+def test_values_that_were_ignored_in_silence_are_refused(capsys, argv, message):
+    with pytest.raises(SystemExit) as e:
+        cli.main(["bench", "--quick", "--device", "cpu", *argv])
+    assert e.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_a_bad_emulated_memory_size_is_a_bad_argument_said_first(capsys):
+    pytest.importorskip("torch")
+    # was exit 3 ("the device is not usable"), after the emulator had started
+    assert cli.main(["bench", "--quick", "--device", "npu", "--emulate-memory", "abc", "--model", "resnet18"]) == 2
+    assert "--emulate-memory: not a memory size: 'abc'" in capsys.readouterr().err

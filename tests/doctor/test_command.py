@@ -108,3 +108,21 @@ def test_list_checks_fits_80_columns(capsys, monkeypatch):
     assert any(line.startswith("    Fix: ") for line in lines)
     assert any(line.startswith("smoke:<target>, perf:<target>: device checks") for line in lines)
     assert "--check device runs them" in " ".join(line.strip() for line in lines)
+
+
+def test_an_out_folder_that_cannot_be_written_exits_3_as_documented(capsys, tmp_path, monkeypatch):
+    import os
+
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    real = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode, **kw: False if str(p) == str(ro) else real(p, mode, **kw))
+    assert cli.main(["doctor", "--skip-device", "--quiet", "--out", str(ro / "rep")]) == 3  # was 2
+    assert f"no permission to write in {ro}" in capsys.readouterr().err
+    (tmp_path / "afile").write_text("x")  # a file where the folder should be stays a usage error
+    assert cli.main(["doctor", "--skip-device", "--quiet", "--out", str(tmp_path / "afile" / "rep")]) == 2
+
+
+def test_an_empty_check_id_is_a_usage_error(capsys):
+    assert cli.main(["doctor", "--check", "", "--skip-device", "--quiet"]) == 2
+    assert "--check needs a check id" in capsys.readouterr().err

@@ -140,3 +140,51 @@ def test_other_codes_take_the_same_wordings():
     for line, entry in (("aclrtGetDeviceCount(&device_count) failed, error code:207004", "device-unavailable"),
                         ("wait failed, runtime result = 561003.", "op-no-binary")):
         assert entry in {h["entry"]["id"] for h in explain.match_text(line)}, line
+
+
+def test_the_whole_log_is_read_errors_at_its_end_included(tmp_path, capsys):
+    # 250,000 lines of progress, then the error: the first 200,000 lines were all that was read
+    log = tmp_path / "long.log"
+    with log.open("w") as f:
+        for i in range(250_000):
+            f.write(f"step {i} loss 0.1234 lr 0.001\n")
+        f.write("RuntimeError: NPU function error: call aclnnNonzero failed, error code:507035\n")
+    assert cli.main(["doctor", "--explain", str(log), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["lines"] == 250_001 and data["unread"] is None
+    assert [(m["id"], m["matches"][0]["line_no"]) for m in data["matches"]] == [("aicore-exception", 250_001)]
+
+
+def test_lines_are_numbered_across_chunks_and_long_lines(monkeypatch):
+    import io
+
+    monkeypatch.setattr(explain, "OVERLAP", 40)
+    for pad in range(60, 140, 7):  # the message falls across every place a long line is cut
+        text = "x" * 50 + "\n" + "EI0006: Getting socket times out\n" + "y" * pad + " EI0006: Getting socket times out"
+        s = explain.scan(io.StringIO(text + " " + "z" * 200 + "\nlast\n"), chunk=16)  # chunks shorter than lines
+        assert s.lines == 4 and [h["line_no"] for h in s.hits] == [2, 3], pad
+
+
+def test_a_read_that_fails_part_way_says_so_and_keeps_what_was_read(capsys, monkeypatch):
+    class Failing:
+        def __init__(self):
+            self.parts = ["EI0006: Getting socket times out\nmore\n"]
+
+        def read(self, n):
+            if self.parts:
+                return self.parts.pop()
+            raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr("sys.stdin", Failing())
+    assert cli.main(["doctor", "--explain"]) == 0
+    captured = capsys.readouterr()
+    assert "[hccl-socket-timeout]" in captured.out
+    assert "stdin: reading stopped at line 3: Input/output error; the lines before it are explained" in captured.err
+
+
+def test_a_million_matching_lines_keep_a_bounded_report():
+    import io
+
+    s = explain.scan(io.StringIO("EI0006: Getting socket times out\n" * (explain.KEEP + 500)))
+    groups = explain.summarize(s.hits, s.counts)
+    assert len(groups[0]["matches"]) == explain.KEEP and groups[0]["count"] == explain.KEEP + 500

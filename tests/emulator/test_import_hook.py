@@ -171,3 +171,16 @@ def test_import_torch_alone_brings_up_the_emulator(tmp_path, variable):
         assert "ENABLED True" in r.stdout and "RESULT npu:0 [3.0, 3.0] torch_npu" in r.stdout, r.stdout
     else:
         assert "ENABLED False" in r.stdout and "RESULT" not in r.stdout, r.stdout
+
+
+@pytest.mark.parametrize("value", ["1", "NPU1"])
+def test_a_value_that_means_neither_on_nor_off_is_said_once(tmp_path, value):
+    # "1" or a typo was ignored without a word: the program then ran with no emulated npu and the user did not know
+    child = "import subprocess, sys; subprocess.run([sys.executable, '-c', 'pass'])\n"
+    r = _run(PROBE.split("try:")[0] + child, tmp_path, ASCENDIFY_EMULATE=value)
+    assert r.returncode == 0 and "FINDER False" in r.stdout
+    assert r.stderr.count(f"ascendify: ASCENDIFY_EMULATE={value!r} is not understood: the emulated npu is NOT "
+                          "enabled") == 1, r.stderr  # once, not again in the child process
+    assert "set ASCENDIFY_EMULATE=npu to enable it" in r.stderr
+    for ok in ("npu", "0", "cpu"):
+        assert "not understood" not in _run("pass\n", tmp_path, ASCENDIFY_EMULATE=ok).stderr

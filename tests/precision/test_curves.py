@@ -56,7 +56,8 @@ def test_nan_in_one_run_is_outside_the_band():
 
 @pytest.mark.parametrize(
     "content, what",
-    [("{not json", "not a readable JSON"), ('{"a": 1}', "no list of values"), ("[]", "dict of lists")],
+    [("{not json", "not a readable JSON"), ('{"a": 1}', "no list of values"), ("[]", "an empty history"),
+     ('["x"]', "dict of lists")],
 )
 def test_bad_histories_name_the_file(tmp_path, content, what):
     p = tmp_path / "h.json"

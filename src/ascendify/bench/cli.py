@@ -14,8 +14,17 @@ def _err(msg: str) -> None:
 
 
 def _output_problem(args) -> str | None:
-    """Why ``--json FILE`` / ``--out DIR`` cannot be written, found before anything is measured."""
+    """Why ``--json FILE`` / ``--out DIR`` cannot be written, or ``--emulate-memory`` is no size, found before
+    anything is measured (a bad size was said only after the emulator's start, as an unusable device, exit 3)."""
     from ascendify.core.fileio import folder_problem, output_problem
+
+    if getattr(args, "emulate_memory", None):
+        from ascendify.emulator.settings import parse_bytes
+
+        try:
+            parse_bytes(args.emulate_memory)
+        except ValueError as e:
+            return f"--emulate-memory: {e}"
 
     if getattr(args, "json", None):
         problem = output_problem(args.json)

@@ -36,6 +36,23 @@ def _csv(text: str) -> list[str]:
     return [t.strip() for t in str(text).split(",") if t.strip()]
 
 
+def _names(text: str) -> list[str]:
+    vals = _csv(text)
+    if not vals:  # --model "" ran nothing and exited 0 with an empty table
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a model name or FILE.py:FACTORY")
+    return vals
+
+
+def _positive(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if v < 1:  # 0 was read as "the default" and ignored in silence
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {v}")
+    return v
+
+
 def _int_list(text: str) -> list[int]:
     try:
         vals = [int(t) for t in _csv(text)]
@@ -77,13 +94,13 @@ def _common_device(p: argparse.ArgumentParser) -> None:
                    help="device to measure (npu: the real NPU, else the emulated one; default auto)")
     p.add_argument("--emulate-memory", metavar="SIZE", default=None,
                    help="capacity of the emulated npu, e.g. 64G (default: ASCENDIFY_EMULATE_MEMORY or 64G)")
-    p.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
+    p.add_argument("--threads", type=_positive, default=None, help="torch intra-op threads (default: torch's)")
     p.add_argument("--json", metavar="FILE", help="write the results as JSON")
     p.add_argument("--out", metavar="DIR", help="write JSON, CSV and PNG plots into DIR")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", default="resnet50", type=_csv,
+    parser.add_argument("--model", default="resnet50", type=_names,
                         help="resnet50, resnet18, efficientnet_b0, bert-large, bert-base, gpt2, or FILE.py:FACTORY; "
                              "several separated by commas (default resnet50)")
     parser.add_argument("--mode", default=["train"], type=_choice_list(("train", "infer")),
@@ -97,9 +114,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeats", type=int, default=None, help="timed windows (default 3; --quick 1)")
     parser.add_argument("--quick", action="store_true",
                         help="smoke-run preset: batch 2, image 64, sequence 32, 1 warm-up, 3 steps, 1 repeat")
-    parser.add_argument("--image-size", type=int, default=None, help="image side (default 224; --quick 64)")
-    parser.add_argument("--seq-len", type=int, default=None, help="sequence length (default: the model's)")
-    parser.add_argument("--num-classes", type=int, default=None, help="classifier outputs (default: the model's)")
+    parser.add_argument("--image-size", type=_positive, default=None, help="image side (default 224; --quick 64)")
+    parser.add_argument("--seq-len", type=_positive, default=None, help="sequence length (default: the model's)")
+    parser.add_argument("--num-classes", type=_positive, default=None, help="classifier outputs (default: the model's)")
     parser.add_argument("--channels-last", action="store_true", help="channels_last memory format (image models)")
     parser.add_argument("--compile", action="store_true", help="torch.compile the model; also times the eager model: compile time and speed-up reported")
     parser.add_argument("--compile-backend", default=None,
@@ -148,7 +165,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     ld.add_argument("--batch-size", type=_pos_int_list, default=None, help="batch size(s) (default 32; --quick 8)")
     ld.add_argument("--batches", type=int, default=None, help="batches per epoch (default 16; --quick 3)")
     ld.add_argument("--epochs", type=int, default=2, help="epochs per setting (default 2)")
-    ld.add_argument("--image-size", type=int, default=None, help="output image side (default 224; --quick 64)")
+    ld.add_argument("--image-size", type=_positive, default=None, help="output image side (default 224; --quick 64)")
     ld.add_argument("--augment", default="both", choices=["cpu", "device", "both", "none"],
                     help="where the augmentation runs in the comparison (default both)")
     ld.add_argument("--compute-rate", type=float, default=None, metavar="SAMPLES_PER_S",

@@ -91,21 +91,76 @@ def run(args: argparse.Namespace) -> int:
     forms = sum(bool(x) for x in (args.curves, args.model, args.golden or args.target))
     if forms != 1:
         return _err("give two dumps, or --model FILE:FACTORY, or --curves A B (exactly one of them)", 2)
-    if args.tolerance is not None and args.tolerance <= 0:
-        return _err("--tolerance must be positive", 2)
+    if args.tolerance is not None and not 0 < args.tolerance < float("inf"):  # nan or inf would pass everything
+        return _err(f"--tolerance must be a positive finite number, not {args.tolerance}", 2)
     if getattr(args, "overflow", False) and not args.model:
         return _err("--overflow runs the target model: it needs --model (for a program, ascendify dump --overflow)", 2)
-    from ascendify.core.fileio import folder_problem
+    from ascendify.core import fileio
 
-    if problem := folder_problem(args.out):  # before any model is built or dump read
+    if problem := fileio.folder_problem(args.out):  # before any model is built or dump read
         return _err(f"-o {args.out}: {problem}", 2)
-    if args.curves:
-        return _run_curves(args)
-    if args.model:
-        return _run_model(args)
-    if not (args.golden and args.target):
+    if not (args.curves or args.model) and not (args.golden and args.target):
         return _err("two dumps are needed: GOLDEN TARGET", 2)
-    return _run_dumps(args)
+    # one comparison at a time into a folder, never over a user's files (a compare.csv of theirs); an earlier
+    # report of ours is replaced whole when the new one is written (a bad input leaves it as it was)
+    try:
+        with fileio.output_lock(args.out, "ascendify compare"):
+            if problem := fileio.foreign_output(args.out, MARKER, "ascendify compare", ours=_earlier_report):
+                return _err(problem, 2)
+            args.replace_pending = True
+            if args.curves:
+                return _run_curves(args)
+            if args.model:
+                return _run_model(args)
+            return _run_dumps(args)
+    except fileio.OutputLocked as e:
+        return _err(str(e), 2)
+    except OSError as e:  # the folder (made for the lock) cannot be made
+        return _err(f"-o {args.out}: {e.strerror or e}", 2)
+
+
+# written into the report folder: a later comparison recognises its own earlier report and replaces it
+MARKER = ".ascendify-compare.json"
+_REPORT_FILES = {f"{stem}.{ext}" for stem in ("compare", "curves") for ext in ("json", "csv", "html")}
+
+
+def _own_entry(p) -> bool:
+    """What a comparison writes at the top of its folder: the report files, ``rank<R>/`` and the marker."""
+    import re
+
+    return p.name in _REPORT_FILES or p.name == MARKER or (p.is_dir() and re.fullmatch(r"rank\d+", p.name))
+
+
+def _earlier_report(folder) -> bool:
+    """A report written before the marker existed: only our entries, and a compare.json or curves.json with a
+    verdict among them (a user's own compare.csv is not one)."""
+    import json
+
+    from ascendify.core.fileio import LOCK_NAME
+
+    entries = [p for p in folder.iterdir() if p.name != LOCK_NAME]
+    if not entries or not all(_own_entry(p) for p in entries):
+        return False
+    for p in entries:
+        for f in ([p / "compare.json"] if p.is_dir() else [p]):
+            if f.name in ("compare.json", "curves.json") and f.is_file():
+                try:
+                    return "verdict" in json.loads(f.read_text(encoding="utf-8"))
+                except (OSError, ValueError, TypeError):
+                    return False
+    return False
+
+
+def _replace_earlier(args) -> None:
+    """Before the first report file is written: remove the earlier report of ours, write the marker."""
+    if not getattr(args, "replace_pending", False):
+        return
+    from ascendify.core import fileio
+
+    root = getattr(args, "out_root", None) or args.out
+    fileio.remove_entries(root, _own_entry)
+    fileio.write_marker(root, MARKER, "ascendify compare")
+    args.replace_pending = False
 
 
 def _emit(result, args, *, curves: bool = False) -> int:
@@ -113,6 +168,7 @@ def _emit(result, args, *, curves: bool = False) -> int:
     from ascendify.precision import compare_report as cr
 
     try:
+        _replace_earlier(args)
         if curves:
             written = cr.write_curves_outputs(result, args.out)
         else:
@@ -151,9 +207,11 @@ def _run_dumps(args) -> int:
         return _err(f"comparing dumps needs PyTorch ({e})", 3)
     g, t = Path(args.golden), Path(args.target)
     try:
+        warned: set = set()
         for p in (g, t):
             if not p.exists():
                 raise DumpError(p, "no such file or folder")
+            _warn_if_unfinished(p, warned)
         gsr, tsr = _steps_ranks(g, list_steps_ranks), _steps_ranks(t, list_steps_ranks)
         if gsr is None or tsr is None:  # a step or rank folder, or a dump.json: one pair
             return _emit(compare_dumps(g, t, step=args.step, rank=args.rank, tolerance=args.tolerance or 1.0), args)
@@ -177,13 +235,30 @@ def _run_dumps(args) -> int:
     if len(results) == 1:
         return _emit(results[0], args)
     worst = 0
-    out = args.out
+    out = args.out_root = args.out
     for r, res in zip(ranks, results, strict=True):
         args.out = str(Path(out) / f"rank{r}")
         print(f"rank {r}:")
         worst = max(worst, _emit(res, args))
     args.out = out
     return worst
+
+
+def _warn_if_unfinished(path, warned: set) -> None:
+    """Say when ``path`` belongs to an ``ascendify dump`` that has not finished (interrupted, or still running):
+    its last step may be missing or partial, though the folder looks like a complete run."""
+    from ascendify.core.fileio import read_marker
+    from ascendify.precision.msprobe_io import DUMP_MARKER
+
+    for root in [path, *list(path.resolve().parents)[:3]]:
+        marker = read_marker(root, DUMP_MARKER)
+        if marker is not None:
+            if marker.get("finished") is False and root.resolve() not in warned:
+                warned.add(root.resolve())
+                print(f"ascendify compare: warning: {root} is from a dump that did not finish ({marker.get('program')}"
+                      f", started {marker.get('time')}): interrupted, or still running; its last step may be "
+                      "missing", file=sys.stderr)
+            return
 
 
 def _steps_ranks(path, lister):

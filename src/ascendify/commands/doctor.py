@@ -22,7 +22,8 @@ real NPU, CUDA, the emulated npu (host speed) and the CPU.
   ascendify doctor --out report/         doctor.json + doctor.md
   ascendify doctor --explain train.log   known errors in a log (or: --explain -)
 
-exit status: 0 no check failed; 1 a check failed (--explain: 1 when nothing matched); 2 usage error.
+exit status: 0 no check failed; 1 a check failed (--explain: 1 when nothing matched); 2 usage error (an
+unreadable log, an --out that is a file); 3 the --out folder cannot be written (read-only, no permission).
 """
 
 
@@ -60,6 +61,9 @@ def run(args) -> int:
     only = None
     if args.check:
         only = [c.strip() for x in args.check for c in x.split(",") if c.strip()]
+        if not only:  # --check "" (an empty shell variable) ran every check, as if no --check were given
+            print("ascendify doctor: --check needs a check id (see --list-checks)", file=sys.stderr)
+            return 2
         unknown = [c for c in only if c not in REGISTRY and not c.startswith(("device", "smoke", "perf"))]
         if unknown:
             print(f"ascendify doctor: unknown check {', '.join(unknown)} (see --list-checks)", file=sys.stderr)
@@ -76,7 +80,9 @@ def run(args) -> int:
 
         if problem := folder_problem(args.out):  # before the facts are gathered
             print(f"ascendify doctor: --out {args.out}: {problem}", file=sys.stderr)
-            return 2
+            # a file where the folder should be is a usage error (2); a folder that cannot be written (read-only,
+            # no permission) is 3, as when writing it fails later (docs/doctor.md)
+            return 2 if _under_a_file(args.out) else 3
     err = report.console(stderr=True)
 
     def progress(msg: str) -> None:
@@ -109,6 +115,16 @@ def run(args) -> int:
     return 1 if rep["summary"]["fail"] else 0
 
 
+def _under_a_file(path: str) -> bool:
+    """True when ``path`` or the nearest of its folders that exists is a file."""
+    from pathlib import Path
+
+    probe = Path(path)
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    return probe.exists() and not probe.is_dir()
+
+
 def _list_checks(registry, args) -> int:
     if args.json:
         from ascendify import report
@@ -137,27 +153,32 @@ def _explain(args) -> int:
     from ascendify.doctor import explain, render
 
     src = args.explain
-    if src == "-":
-        text, name = sys.stdin.read(), "stdin"
-    else:
-        try:
+    try:
+        if src == "-":
+            name = "stdin"
+            result = explain.scan(sys.stdin)
+        else:
+            name = src
             with open(src, encoding="utf-8", errors="replace") as f:
-                text = f.read()
-        except FileNotFoundError:
-            print(f"ascendify doctor --explain: {src}: no such file", file=sys.stderr)
-            return 2
-        except IsADirectoryError:
-            print(f"ascendify doctor --explain: {src}: is a folder, not a log file", file=sys.stderr)
-            return 2
-        except OSError as e:
-            print(f"ascendify doctor --explain: cannot read {src}: {e.strerror or e}", file=sys.stderr)
-            return 2
-        name = src
-    groups = explain.summarize(explain.match_text(text))
+                result = explain.scan(f)  # streamed: a log of any size, read to its last line
+    except FileNotFoundError:
+        print(f"ascendify doctor --explain: {src}: no such file", file=sys.stderr)
+        return 2
+    except IsADirectoryError:
+        print(f"ascendify doctor --explain: {src}: is a folder, not a log file", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"ascendify doctor --explain: cannot read {src}: {e.strerror or e}", file=sys.stderr)
+        return 2
+    if result.unread:  # what was read is still explained, and it is said that the rest was not
+        print(f"ascendify doctor --explain: {name}: {result.unread}; the lines before it are explained",
+              file=sys.stderr)
+    groups = explain.summarize(result.hits, result.counts)
     if args.json:
         from ascendify import report
 
-        sys.stdout.write(report.dumps_json({"source": name, "matches": groups}) + "\n")
+        sys.stdout.write(report.dumps_json({"source": name, "lines": result.lines, "unread": result.unread,
+                                            "matches": groups}) + "\n")
     else:
         sys.stdout.write(render.explain_text(groups, name))
     return 0 if groups else 1

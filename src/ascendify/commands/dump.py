@@ -37,7 +37,8 @@ examples:
   ascendify dump --overflow --overflow-action record -o out/ train.py
 
 exit status: the program's; 1 --overflow found one; 3 a package is missing, 4 the dump could not be written (too large for
---max-bytes, disk full), 2 a bad command line or config.
+--max-bytes, disk full), 2 a bad command line or config, or an output folder that another dump is writing or that
+holds other files (an earlier dump of ascendify's is replaced whole).
 """
 
 LEVELS = {"module": "module", "api": "api", "mix": "mix", "L0": "module", "L1": "api"}
@@ -77,9 +78,12 @@ def parse_list(text: str | list | None, what: str) -> list[int] | None:
         return None
     if isinstance(text, list):
         try:
-            return sorted({int(x) for x in text})
+            got = sorted({int(x) for x in text})
         except (TypeError, ValueError):
             raise ValueError(f"{what}: expected a list of integers, got {text!r}") from None
+        if got and got[0] < 0:
+            raise ValueError(f"{what}: {got[0]}: steps and ranks count from 0")
+        return got
     out: set[int] = set()
     for part in str(text).split(","):
         part = part.strip()
@@ -96,6 +100,8 @@ def parse_list(text: str | list | None, what: str) -> list[int] | None:
                 out.add(int(part))
         except ValueError:
             raise ValueError(f"{what}: {part!r} is not a number or a range like 2-4") from None
+        if min(out, default=0) < 0:  # steps and ranks count from 0: -1 selected nothing, silently
+            raise ValueError(f"{what}: {part!r}: steps and ranks count from 0")
     return sorted(out)
 
 
@@ -103,16 +109,17 @@ def parse_size(text: str | int | None) -> int | None:
     """``"2G"``, ``"500M"``, ``"1048576"`` -> bytes."""
     if text is None:
         return None
-    if isinstance(text, int):
-        return text
+    if isinstance(text, int) and not isinstance(text, bool):
+        text = str(text)
     s = str(text).strip().upper().removesuffix("B").removesuffix("I")
     mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
     try:
-        if s and s[-1] in mult:
-            return int(float(s[:-1]) * mult[s[-1]])
-        return int(s)
-    except ValueError:
+        n = int(float(s[:-1]) * mult[s[-1]]) if s and s[-1] in mult else int(s)
+    except (ValueError, OverflowError):
         raise ValueError(f"--max-bytes: {text!r} is not a size like 2G, 500M or 1048576") from None
+    if n < 1:  # 0 read as "the default", a negative one as a limit no step meets
+        raise ValueError(f"--max-bytes: {text!r} must be a size of at least 1 byte")
+    return n
 
 
 def read_config(path: str) -> dict:
@@ -203,6 +210,19 @@ def run(args: argparse.Namespace) -> int:
     if problem:
         print(f"ascendify dump: -o {out}: {problem}", file=sys.stderr)
         return 2
+    from ascendify.precision import msprobe_io
+
+    # one dump at a time into a folder, never over a user's files; an earlier dump of ours is replaced whole
+    try:
+        with msprobe_io.dump_folder(out, program=prog.display()) as held:
+            held.exit_code = _run(args, prog, conf)
+            return held.exit_code
+    except msprobe_io.DumpFolderError as e:
+        print(f"ascendify dump: {e}", file=sys.stderr)
+        return 2
+
+
+def _run(args: argparse.Namespace, prog, conf: dict) -> int:
     if prog.kind == "torchrun":
         flags = _flags(args)
         return prog.relaunch_torchrun(["dump", *flags, "--"], who="ascendify dump")

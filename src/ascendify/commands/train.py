@@ -19,8 +19,9 @@ Writes OUT/history.json and .csv (train_loss, train_acc, val_loss, val_acc, lr,
 epoch_time, throughput), OUT/curves.png, OUT/tb/ (TensorBoard), OUT/best.pt,
 OUT/last.pt and OUT/train.json.
 
-Exit codes: 0 trained, 2 bad arguments, config, data or model, 3 the device is
-not usable here (--device cuda without a GPU).
+Exit codes: 0 trained, 2 bad arguments, config, data or model (an --out that
+another run is writing, or cannot be written), 3 the device is not usable here
+(--device cuda without a GPU), 4 the output could not be written (a full disk).
 
 Several processes: --nproc N, or under torchrun yourself:
   torchrun --nproc-per-node N -m ascendify train ...
@@ -82,12 +83,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.nproc < 1:
+        print(f"ascendify train: --nproc must be at least 1, not {args.nproc}", file=sys.stderr)
+        return 2
     if args.nproc > 1 and "LOCAL_RANK" not in os.environ:
         return _relaunch(args)
     from ascendify import report
     from ascendify.device import placement
     from ascendify.train import ConfigError, TrainConfig, train
     from ascendify.train.checkpoint import CheckpointError
+    from ascendify.train.config import OutputError
     from ascendify.train.data import DataError
     from ascendify.workloads import models
 
@@ -95,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         cfg = TrainConfig.from_sources(args.config, overrides)
         history = train(cfg, show_progress=not args.quiet)
-    except (ConfigError, DataError, CheckpointError, models.ModelError, placement.DeviceError) as e:
+    except (ConfigError, DataError, CheckpointError, OutputError, models.ModelError, placement.DeviceError) as e:
         print(f"ascendify train: {e}", file=sys.stderr)
         return getattr(e, "exit_code", 2)
     if args.json:

@@ -9,12 +9,13 @@ b'hello'
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
 import os
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -107,3 +108,195 @@ def write_csv(path: str | os.PathLike[str], header: Sequence[str], rows: Iterabl
     for r in rows:
         w.writerow(["" if v is None else v for v in r])
     write_atomic(path, buf.getvalue())
+
+
+# -- output folders: one writer at a time, and never over a user's files -----------------------------------------
+
+LOCK_NAME = ".ascendify.lock"  # inside the output folder while a verb writes it; removed when it is done
+_HELD_ENV = "ASCENDIFY_HELD_OUTPUTS"  # folders an ancestor process holds (os.pathsep-separated real paths)
+
+
+class OutputLocked(RuntimeError):
+    """Another process is writing the output folder; the message says which and what to do."""
+
+
+class OutputLock:
+    """What :func:`output_lock` yields: ``folder``; ``inherited`` is True when the process that started this one
+    holds the folder (a torchrun worker of ``ascendify dump -- torchrun ...``): it was prepared already."""
+
+    def __init__(self, folder: Path, inherited: bool):
+        self.folder = folder
+        self.inherited = inherited
+
+
+def _holder(path: Path) -> str:
+    try:
+        info = json.loads(path.read_text(encoding="utf-8") or "{}")
+    except (OSError, ValueError):
+        return "another process"
+    if not isinstance(info, dict) or not info.get("pid"):
+        return "another process"
+    who = info.get("who") or "another process"
+    since = f", since {info['started']}" if info.get("started") else ""
+    return f"{who} (pid {info['pid']}{since})"
+
+
+def _try_lock(fd: int) -> bool:
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows
+        import msvcrt
+
+        try:
+            msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
+            return True
+        except OSError:
+            return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+
+
+def _locked(path: Path) -> bool:
+    """True when some process holds the lock file ``path``."""
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except OSError:
+        return False
+    try:
+        return not _try_lock(fd)  # taken here: nobody held it (closing the file releases it again)
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def output_lock(folder: str | os.PathLike[str], who: str) -> Iterator[OutputLock]:
+    """Hold the output folder ``folder`` while a verb writes it: a second writer (another ``ascendify dump`` or
+    ``train`` into the same folder) gets :class:`OutputLocked` at once, naming the holder, instead of mixing two
+    runs in one folder. ``who`` names this writer in that message (``"ascendify dump"``).
+
+    The lock is ``folder/.ascendify.lock`` held with ``flock``: the kernel releases it when the process dies
+    however it dies, so a crashed run never leaves a stale lock. The folder is made when missing; on release
+    the lock file is removed, and the folder too when this call made it and nothing was written into it.
+    Children started while the lock is held inherit it (``ASCENDIFY_HELD_OUTPUTS``): ``OutputLock.inherited``
+    is then True and nothing is locked again.
+
+    >>> import tempfile
+    >>> d = Path(tempfile.mkdtemp()) / "out"
+    >>> with output_lock(d, "ascendify dump"):
+    ...     with output_lock(d, "ascendify train"):
+    ...         pass
+    Traceback (most recent call last):
+    ...
+    ascendify.core.fileio.OutputLocked: ... is being written by ascendify dump (pid ...); wait for it to finish, ...
+    >>> d.exists()   # made for the lock, left empty: removed again
+    False
+    """
+    folder = Path(folder)
+    key = os.path.realpath(folder)
+    held = [p for p in os.environ.get(_HELD_ENV, "").split(os.pathsep) if p]
+    path = folder / LOCK_NAME
+    # "PID=PATH": a lock an ancestor took (in this process, a second writer is refused like any other)
+    if any(e.partition("=")[2] == key and e.partition("=")[0] != str(os.getpid()) for e in held) and _locked(path):
+        yield OutputLock(folder, inherited=True)
+        return
+    made = not folder.exists()
+    folder.mkdir(parents=True, exist_ok=True)
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        if not _try_lock(fd):
+            os.close(fd)
+            raise OutputLocked(
+                f"{folder} is being written by {_holder(path)}; wait for it to finish, or choose another folder"
+            )
+        try:  # the holder before us may have removed the file between our open and our lock: lock the new one
+            if os.stat(path).st_ino == os.fstat(fd).st_ino:
+                break
+        except FileNotFoundError:
+            pass
+        os.close(fd)
+    import time
+
+    info = {"who": who, "pid": os.getpid(), "started": time.strftime("%Y-%m-%d %H:%M:%S")}
+    try:
+        os.ftruncate(fd, 0)
+        os.write(fd, json.dumps(info).encode("utf-8"))
+    except OSError:
+        pass  # a full disk: the lock holds all the same, the message just cannot name us
+    before = os.environ.get(_HELD_ENV)
+    os.environ[_HELD_ENV] = os.pathsep.join([*held, f"{os.getpid()}={key}"])
+    try:
+        yield OutputLock(folder, inherited=False)
+    finally:
+        if before is None:
+            os.environ.pop(_HELD_ENV, None)
+        else:
+            os.environ[_HELD_ENV] = before
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+        os.close(fd)
+        if made:
+            try:
+                folder.rmdir()  # only when empty
+            except OSError:
+                pass
+
+
+def foreign_output(folder: str | os.PathLike[str], marker: str, who: str,
+                   ours: Callable[[Path], bool] | None = None) -> str | None:
+    """Why ``who`` (``"ascendify dump"``) must not write into ``folder``, or None when it may: the folder is
+    missing or empty, holds the ``marker`` file ``who`` writes into its output (``.ascendify-dump.json``), or
+    ``ours(folder)`` recognises output of an earlier version without the marker. Any other non-empty folder
+    holds a user's files: the message says what it holds, and to choose another folder."""
+    folder = Path(folder)
+    if not folder.exists():
+        return None
+    if not folder.is_dir():
+        return f"{folder} is a file, not a folder"
+    try:
+        entries = sorted(p.name for p in folder.iterdir() if p.name != LOCK_NAME)
+    except OSError as e:
+        return f"{folder} cannot be read ({e.strerror or e})"
+    if not entries or marker in entries or (ours is not None and ours(folder)):
+        return None
+    shown = ", ".join(entries[:3]) + (", ..." if len(entries) > 3 else "")
+    return (f"{folder} is not empty and was not written by {who} (it holds {len(entries)} "
+            f"{'entry' if len(entries) == 1 else 'entries'}: {shown}; no {marker} marker): choose a new or empty "
+            "folder")
+
+
+def write_marker(folder: str | os.PathLike[str], marker: str, who: str, **info: Any) -> None:
+    """Write ``folder/marker``: what says ``folder`` is ``who``'s output (see :func:`foreign_output`)."""
+    from ascendify import __version__
+
+    write_json(Path(folder) / marker, {"tool": f"ascendify {__version__}", "what": f"{who} output", **info})
+
+
+def read_marker(folder: str | os.PathLike[str], marker: str) -> dict | None:
+    """The marker :func:`write_marker` wrote, or None (missing or unreadable)."""
+    try:
+        doc = json.loads((Path(folder) / marker).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def remove_entries(folder: str | os.PathLike[str], owned: Callable[[Path], bool]) -> list[str]:
+    """Remove the entries of ``folder`` (files and folders) for which ``owned(path)`` is True: a verb replacing its
+    own earlier output whole, never a file it did not write. Returns their names."""
+    import shutil
+
+    gone = []
+    for p in sorted(Path(folder).iterdir()):
+        if p.name == LOCK_NAME or not owned(p):
+            continue
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p)
+        else:
+            p.unlink()
+        gone.append(p.name)
+    return gone

@@ -7,8 +7,9 @@ case-insensitively against each line), the ``cause``, the ``fix`` and its ``sour
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
 from functools import cache
-from typing import Any
+from typing import Any, TextIO
 
 from ascendify.core import knowledge
 
@@ -23,24 +24,162 @@ def _compiled() -> list[tuple[dict[str, Any], list[re.Pattern[str]]]]:
     return [(e, [re.compile(p, re.I) for p in e["patterns"]]) for e in entries()]
 
 
-def match_text(text: str, max_lines: int = 200_000) -> list[dict[str, Any]]:
+# matches kept per entry (the count goes on): a log of a million identical errors stays a small report
+KEEP = 1000
+CHUNK = 1 << 22  # characters read at a time: the log is streamed, never held whole
+OVERLAP = 4096  # a line longer than 4 chunks is matched in pieces that overlap by this much
+
+
+def _required(tree) -> set[str] | None:
+    """Lower-case strings of which a match of the parsed pattern ``tree`` contains at least one: its longest run of
+    literal characters, or, for a pattern that is one alternation, one such run per branch. None when there is
+    none of at least 3 characters."""
+    from re import _constants as C
+
+    best: list[str] = []
+    cur: list[str] = []
+    for op, av in tree:
+        if op is C.LITERAL:
+            cur.append(chr(av))
+            continue
+        best, cur = max(best, cur, key=len), []
+    best = max(best, cur, key=len)
+    if len(best) >= 3:
+        return {"".join(best).lower()}
+    items = list(tree)
+    if len(items) == 1 and items[0][0] is C.SUBPATTERN:
+        return _required(items[0][1][-1])
+    if len(items) == 1 and items[0][0] is C.BRANCH:
+        out: set[str] = set()
+        for branch in items[0][1][1]:
+            got = _required(branch)
+            if got is None:
+                return None
+            out |= got
+        return out
+    return None
+
+
+@cache
+def _prefilter() -> tuple[frozenset[str], tuple[re.Pattern[str], ...]]:
+    """What a line must contain to be worth matching entry by entry: one of these lower-case strings (each
+    pattern's required literal text), or a match of one of the patterns that have none. Most lines of a log hold
+    none of them, and ``str.find`` over a chunk skips them 100x faster than every pattern on every line."""
+    from re import _parser
+
+    words: set[str] = set()
+    other = []
+    for e in entries():
+        for p in e["patterns"]:
+            got = _required(_parser.parse(p, re.I))
+            if got is None:
+                other.append(re.compile(p, re.I | re.M))
+            else:
+                words |= got
+    return frozenset(words), tuple(other)
+
+
+@dataclass
+class Scan:
+    """What :func:`scan` read: ``hits`` (at most ``KEEP`` per entry, in log order), ``counts`` (every match per
+    entry id), ``lines`` read, and ``unread``: why part of the log was not read (None when all of it was)."""
+
+    hits: list[dict[str, Any]] = field(default_factory=list)
+    counts: dict[str, int] = field(default_factory=dict)
+    lines: int = 0
+    unread: str | None = None
+    last: dict[str, int] = field(default_factory=dict, repr=False)  # entry id -> the last line it matched
+
+
+def _match_line(line: str, line_no: int, out: Scan) -> None:
+    for entry, pats in _compiled():
+        if out.last.get(entry["id"]) == line_no:
+            continue  # once per line (the pieces of a very long line overlap)
+        for pat in pats:
+            if pat.search(line):
+                out.last[entry["id"]] = line_no
+                n = out.counts.get(entry["id"], 0)
+                out.counts[entry["id"]] = n + 1
+                if n < KEEP:
+                    out.hits.append({"entry": entry, "line_no": line_no, "line": line.rstrip(), "pattern": pat.pattern})
+                break
+
+
+def _scan_chunk(chunk: str, first_line: int, out: Scan) -> None:
+    """Match the lines of ``chunk`` (whole lines; its first is line ``first_line``)."""
+    words, other = _prefilter()
+    low = chunk.lower()
+    if len(low) != len(chunk):  # a character whose lower case is longer: positions differ, go line by line
+        for i, line in enumerate(chunk.split("\n")):
+            if any(w in line.lower() for w in words) or any(p.search(line) for p in other):
+                _match_line(line, first_line + i, out)
+        return
+    starts: set[int] = set()
+    for w in words:
+        i = low.find(w)
+        while i >= 0:
+            start = low.rfind("\n", 0, i) + 1
+            starts.add(start)
+            end = low.find("\n", i)
+            i = low.find(w, end) if end >= 0 else -1  # the rest of this line is taken already
+    for p in other:
+        for m in p.finditer(chunk):
+            starts.add(chunk.rfind("\n", 0, m.start()) + 1)
+    counted_to = counted = 0
+    for start in sorted(starts):
+        end = chunk.find("\n", start)
+        counted += chunk.count("\n", counted_to, start)
+        counted_to = start
+        _match_line(chunk[start:] if end < 0 else chunk[start:end], first_line + counted, out)
+
+
+def scan(stream: TextIO, *, chunk: int = CHUNK) -> Scan:
+    """Every (entry, line) match in the text ``stream``, read to its end in chunks of whole lines (a line longer
+    than a chunk is matched in pieces). An error while reading ends the scan and says where (``Scan.unread``)."""
+    out = Scan()
+    buf, line, last = "", 1, "\n"
+    while True:
+        try:
+            data = stream.read(chunk)
+        except (OSError, UnicodeError) as e:
+            out.unread = f"reading stopped at line {line}: {getattr(e, 'strerror', None) or e}"
+            data = ""
+        eof = not data
+        buf += data
+        if eof:
+            piece, buf = buf, ""
+        else:
+            cut = buf.rfind("\n")
+            if cut < 0 and len(buf) < 4 * chunk:
+                continue  # a long line: read on to its end
+            if cut < 0:  # matched in pieces that overlap, so that a message across the cut is still seen
+                piece, buf = buf, buf[-OVERLAP:]
+            else:
+                piece, buf = buf[: cut + 1], buf[cut + 1:]
+        if piece:
+            _scan_chunk(piece, line, out)
+            line += piece.count("\n")
+            last = piece[-1]
+        if eof:
+            break
+    out.lines = line - 1 if last == "\n" else line
+    return out
+
+
+def match_text(text: str) -> list[dict[str, Any]]:
     """Every (entry, line) match in ``text``, in log order: ``[{"entry", "line_no", "line", "pattern"}]``.
 
     An entry is reported once per line (its first matching pattern); one line can match several entries
     (``ERR00100`` and the ``EE9999`` it carries).
     """
-    hits: list[dict[str, Any]] = []
-    for n, line in enumerate(text.splitlines()[:max_lines], 1):
-        for entry, pats in _compiled():
-            for pat in pats:
-                if pat.search(line):
-                    hits.append({"entry": entry, "line_no": n, "line": line.rstrip(), "pattern": pat.pattern})
-                    break
-    return hits
+    import io
+
+    return scan(io.StringIO(text, newline=None)).hits
 
 
-def summarize(hits: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Group matches by entry (first-seen order): each with every matched line."""
+def summarize(hits: list[dict[str, Any]], counts: dict[str, int] | None = None) -> list[dict[str, Any]]:
+    """Group matches by entry (first-seen order): each with its matched lines (``matches``, at most ``KEEP``) and
+    ``count``, every line it matched (``counts`` from :class:`Scan`; else the matches given)."""
     groups: dict[str, dict[str, Any]] = {}
     for h in hits:
         e = h["entry"]
@@ -58,6 +197,8 @@ def summarize(hits: list[dict[str, Any]]) -> list[dict[str, Any]]:
             },
         )
         g["matches"].append({"line_no": h["line_no"], "line": h["line"], "pattern": h["pattern"]})
+    for g in groups.values():
+        g["count"] = (counts or {}).get(g["id"], len(g["matches"]))
     return list(groups.values())
 
 

@@ -140,8 +140,9 @@ def explain_text(groups: list[dict[str, Any]], source: str, width: int | None = 
         out.append(f"[{g['id']}] {g['title']}  ({g['family']})")
         for m in g["matches"][:5]:
             out += wrap(f"line {m['line_no']}: {m['line'].strip()[:200]}")
-        if len(g["matches"]) > 5:
-            out.append(f"  ... and {len(g['matches']) - 5} more line(s)")
+        total = g.get("count", len(g["matches"]))
+        if total > 5:
+            out.append(f"  ... and {total - 5} more line(s)")
         out.append(f"  pattern: {g['matches'][0]['pattern']}")
         out += wrap(f"cause: {g['cause']}")
         out += wrap(f"fix: {g['fix']}")

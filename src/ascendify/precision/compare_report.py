@@ -67,7 +67,7 @@ def _rel(m: dict | None) -> float | None:
 
 
 def node_status(n: NodeResult, culprit: bool) -> str:
-    if not n.matched:
+    if not n.matched and not n.flagged:  # a call the golden never made is flagged when NaN/Inf appears in it
         return "skip"
     if n.not_comparable:
         return "not comparable"
@@ -146,6 +146,8 @@ def headline(result: ComparisonResult) -> tuple[str, str]:
                 + (f"first {fd.phase} call over its limit: {_where(fd)}" if fd is not None else
                    "no call over its limit"))
         return "diverged", text
+    if fd is None and result.golden_nonfinite and not result.not_comparable:
+        return "not comparable", "NOT COMPARABLE: the golden itself holds NaN/Inf (above); nothing after it is proof"
     if fd is None and result.not_comparable:
         n = result.not_comparable[0]
         where = n.module if n.module is not None else "(outside any module)"
@@ -209,7 +211,7 @@ def summary_lines(result: ComparisonResult) -> list[str]:
     gl = golden_line(result)
     lines = ([gl] if gl else []) + [text] + weight_lines(result)
     fd = result.first_divergence
-    if status == "not comparable":
+    if status == "not comparable" and result.not_comparable:
         n = result.not_comparable[0]
         lines.append(f"  random call: {n.name}" + (f" at {n.source}" if n.source else ""))
         lines.append(

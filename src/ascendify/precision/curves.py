@@ -102,6 +102,8 @@ def _load_json(path: Path) -> History:
         return _from_columns(str(path), {k: [row.get(k) for row in data] for k in keys})
     if isinstance(data, list) and data and all(isinstance(x, (int, float)) for x in data):
         return _from_columns(str(path), {"loss": list(data)})
+    if data == [] or data == {}:
+        raise CurveError(path, "an empty history (no epoch or step recorded: did the run finish one?)")
     raise CurveError(path, "JSON history must be a dict of lists, a list of dicts or a list of numbers")
 
 

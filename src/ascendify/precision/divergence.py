@@ -258,11 +258,12 @@ class ComparisonResult:
     @property
     def verdict(self) -> str:
         """``"divergence"`` (a flagged call, a differing weight, a gradient missing on one side), ``"not
-        comparable"`` (nothing flagged, but a random call drew differently, so what follows it proves nothing) or
-        ``"match"``."""
+        comparable"`` (nothing flagged, but a random call drew differently, or the golden itself holds NaN/Inf, so
+        what follows proves nothing) or ``"match"``."""
         if any(n.flagged for n in self.nodes) or self.weight_findings or self.missing_grads:
             return "divergence"
-        return "not comparable" if self.not_comparable else "match"
+        # a golden that is itself NaN/Inf proves nothing: never a match
+        return "not comparable" if self.not_comparable or self.golden_nonfinite else "match"
 
     @property
     def matched_count(self) -> int:

@@ -28,6 +28,7 @@ of different models (fewer than half of the golden module calls find a counterpa
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -382,6 +383,98 @@ def _scale_check(node: NodeResult, g: Node, t: Node, cdt: str, lim, tolerance: f
             return
 
 
+def _kinds(x: TensorStats | ScalarArg) -> set[str]:
+    """``{"NaN", "Inf"}``, the non-finite values a tensor (by its counts, or a NaN/infinite max or min: msprobe
+    writes no counts) or a float argument holds."""
+    out = set()
+    if isinstance(x, ScalarArg):
+        v = x.value
+        if isinstance(v, float) and not math.isfinite(v):
+            out.add("NaN" if math.isnan(v) else "Inf")
+        return out
+    ext = [v for v in (x.max, x.min) if v is not None]
+    if x.nan_count > 0 or any(math.isnan(v) for v in ext):
+        out.add("NaN")
+    if x.inf_count > 0 or any(math.isinf(v) for v in ext):
+        out.add("Inf")
+    return out
+
+
+def _kinds_of(items) -> set[str]:
+    out: set[str] = set()
+    for x in items:
+        out |= _kinds(x)
+    return out
+
+
+def _counts(outs: list[TensorStats]) -> str:
+    nan, inf = sum(t.nan_count for t in outs), sum(t.inf_count for t in outs)
+    return f" ({nan} NaN, {inf} Inf)" if nan or inf else ""
+
+
+def _introduced(n: Node) -> set[str]:
+    """The non-finite values ``n``'s outputs hold that none of its inputs, parameters or arguments did: they
+    appear in this call (an argument such as ``masked_fill(mask, -inf)`` puts them there on purpose)."""
+    return _kinds_of(n.outputs) - _kinds_of(n.inputs) - _kinds_of(n.params.values())
+
+
+def _nonfinite_findings(nodes: list[NodeResult], tn: list[Node], gn: list[Node], t2g: dict[int, int]) -> None:
+    """A NaN or Inf in the target that the golden does not hold is a finding wherever it comes from: flag the call
+    where it appears (its inputs finite, the golden's counterpart finite, or no counterpart at all: a call the golden
+    never made). When it enters through the inputs of a call (from code that was not recorded, or an argument of a
+    call the golden never made), the first call whose inputs and outputs hold what the golden's do not is flagged.
+    A run whose loss is NaN is therefore never a match."""
+    golden_kinds = _kinds_of(x for g in gn for x in g.outputs)
+    found = False
+    for ti, t in enumerate(tn):
+        out = _kinds_of(t.outputs)
+        if not out:
+            continue
+        node = nodes[ti]
+        gi = t2g.get(ti)
+        g = gn[gi] if gi is not None else None
+        new = _introduced(t) - (_kinds_of(g.outputs) if g is not None else set())
+        why = None
+        if new and g is not None:
+            why = (f"{'/'.join(sorted(new))} appears here{_counts(t.outputs)}: its inputs are finite, the golden's "
+                   f"output is finite")
+        elif new and not (new & golden_kinds):
+            why = (f"{'/'.join(sorted(new))} appears here{_counts(t.outputs)}: its inputs are finite, and the golden "
+                   "makes no such call")
+        elif not found and g is not None:
+            enters = _kinds_of((*t.inputs, *t.params.values())) - _kinds_of((*g.inputs, *g.params.values()))
+            shows = (out & enters) - _kinds_of(g.outputs)
+            if shows:
+                why = (f"{'/'.join(sorted(shows))} reaches it through its inputs{_counts(t.outputs)} where the "
+                       "golden's inputs and output are finite (from a call the golden never made, or code that was "
+                       "not recorded)")
+        if why is None:
+            continue
+        found = True
+        node.reasons = [r for r in node.reasons if not r.startswith("NaN/Inf:")] + [why]
+        node.flagged = True
+        node.note = None if (node.note or "").startswith(("inherited", "not comparable")) else node.note
+        node.not_comparable = False  # NaN drawn is no random draw
+
+
+def _golden_nonfinite(gn: list[Node]) -> dict[str, Any] | None:
+    """The first golden call whose outputs hold NaN/Inf that its inputs and arguments did not (lockstep's
+    ``golden_nonfinite``): the reference itself is broken there."""
+    bad = [g for g in gn if _introduced(g)]
+    by_name = {g.name: g for g in gn}
+    holders = set()
+    for g in bad:  # a module holding the call where it appears is not where it appears
+        p, hops = g.parent, 0
+        while p and p in by_name and hops < len(gn):
+            holders.add(p)
+            p, hops = by_name[p].parent, hops + 1
+    for g in bad:
+        if g.name not in holders:
+            return {"call": g.name, "module": g.module_path, "nan": sum(t.nan_count for t in g.outputs),
+                    "inf": sum(t.inf_count for t in g.outputs), "source": g.source}
+    return None
+
+
 def _load(d: Dump | str | Path, step: int | None, rank: int | None) -> Dump:
     return d if isinstance(d, Dump) else load_dump(d, step=step, rank=rank)
 
@@ -442,6 +535,7 @@ def compare_dumps(
             node.note = f"wrapper level: compared with golden {gn[gi].name}"
         numeric[ti] = _judge(node, gn[gi], t, gd, td, tolerance, run_low)
     _explain_inside(nodes, numeric)
+    _nonfinite_findings(nodes, tn, gn, t2g)
     result = ComparisonResult(
         mode="dump",
         golden=f"{gd.root} ({gd.framework}, {gd.level}, {gd.mode}, step {gd.step}, rank {gd.rank})",
@@ -466,6 +560,7 @@ def compare_dumps(
             "golden_meta": gd.meta,
             "target_meta": td.meta,
         },
+        golden_nonfinite=_golden_nonfinite(gn),
     )
     _autocast_policy(result, td)
     return result

@@ -1018,7 +1018,7 @@ class Dumper:
         rows = self._table.rows()
         try:
             folder = msprobe_io.write_step(self, recs, rows)
-        except DumpTooLarge as e:
+        except (DumpTooLarge, msprobe_io.DumpWriteError) as e:  # a full disk too: exit 4 (run_dump), not 1
             self.error = e
             raise
         finally:

@@ -550,9 +550,9 @@ def compare_models(
         if not backward:
             with torch.no_grad():
                 with _Recorder(golden, level).active() as grec:
-                    g_out = golden(*g_in, **g_kw)
+                    g_out = _forward(golden, "golden", g_in, g_kw)
                 with _Recorder(target, level).active() as trec, t_ctx():
-                    t_out = target(*t_in, **t_kw)
+                    t_out = _forward(target, "target", t_in, t_kw)
         else:
             # float inputs carry a gradient (the first layer's input gradient is compared too)
             for x in _tensors((g_in, g_kw, t_in, t_kw)):
@@ -562,7 +562,7 @@ def compare_models(
             def forward_backward(model, args, kw, loss_fn, side: str, ctx):
                 """One side's recorded forward, then its backward: (recorder, backward side, outputs)."""
                 with _Recorder(model, level, grads=True).active() as rec, ctx:
-                    live = model(*args, **kw)
+                    live = _forward(model, side, args, kw)
                 lap("runs")
                 bside = gradients.run_backward(model, gradients.check_loss(loss_fn(live), side))
                 lap("backward_runs")
@@ -707,6 +707,32 @@ def compare_models(
     finally:
         golden.train(modes[0])
         target.train(modes[1])
+
+
+class ModelRunError(ValueError):
+    """A model raised when called on the inputs (inputs of the wrong shape, say): the message says which side, what
+    it raised, where in the model's code, and the inputs it was given."""
+
+
+def _forward(model, side: str, args, kw):
+    """``model(*args, **kw)``; an exception from the model's code becomes :class:`ModelRunError` (a one-line
+    error, not a traceback out of ``compare``)."""
+    try:
+        return model(*args, **kw)
+    except Exception as e:
+        import traceback
+
+        frames = traceback.extract_tb(e.__traceback__)
+        own = [f for f in frames if not any(s in f.filename.replace(os.sep, "/") for s in _NOT_USER)]
+        where = f" at {own[-1].filename}:{own[-1].lineno}" if own else ""
+        given = ", ".join(f"{'x'.join(map(str, t.shape)) or 'scalar'} {str(t.dtype).removeprefix('torch.')}"
+                          for t in _tensors((args, kw)))
+        text = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise ModelRunError(f"the {side} model raised {type(e).__name__}{': ' + text if text else ''}{where} "
+                            f"when called on the inputs ({given or 'no tensors'}): check --inputs") from None
+
+
+_NOT_USER = ("/torch/", "/ascendify/precision/", "/ascendify/emulator/", "/contextlib.py")
 
 
 def _nonfinite(obj) -> tuple[int, int]:

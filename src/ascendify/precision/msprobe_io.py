@@ -29,11 +29,13 @@ Tensor files load with ``torch.load(weights_only=True)`` (``.pt``) or ``numpy.lo
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import math
 import os
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -77,11 +79,35 @@ def _dumps(obj: Any) -> bytes:
     return (json.dumps(obj) + "\n").encode("utf-8")
 
 
+class DumpWriteError(RuntimeError):
+    """A step could not be written (a full disk, a folder that became read-only): the message names the step and
+    the file, and says that the partial step was removed."""
+
+
 def write_step(dumper, recs, rows) -> Path:
-    """Write one recorded step of ``dumper`` (``Dumper``); returns the rank folder."""
+    """Write one recorded step of ``dumper`` (``Dumper``); returns the rank folder. A write that fails (a full
+    disk) removes what it wrote of the step, so no rank folder is left without its ``dump.json``, and raises
+    :class:`DumpWriteError`."""
+    folder = Path(dumper.root) / f"step{dumper.step_index}" / f"rank{dumper._rank}"
+    try:
+        return _write_step(dumper, recs, rows, folder)
+    except OSError as e:
+        import shutil
+
+        shutil.rmtree(folder, ignore_errors=True)
+        try:
+            folder.parent.rmdir()  # the step folder, when no other rank wrote into it
+        except OSError:
+            pass
+        where = e.filename or folder
+        raise DumpWriteError(f"{dumper.root}: step {dumper.step_index} could not be written ({where}: "
+                             f"{e.strerror or e}); that step was removed, the steps before it are complete"
+                             ) from None
+
+
+def _write_step(dumper, recs, rows, folder: Path) -> Path:
     import torch
 
-    folder = Path(dumper.root) / f"step{dumper.step_index}" / f"rank{dumper._rank}"
     data_dir = folder / "dump_tensor_data"
     if dumper.mode == "tensors":
         dumper.check_disk(Path(dumper.root), dumper._bytes)
@@ -246,6 +272,104 @@ def write_step(dumper, recs, rows) -> Path:
     _write_plain(folder / "construct.json", _dumps(construct))
     write_atomic(folder / "dump.json", _dumps(doc), mode=0o644, durable=False)
     return folder
+
+
+# ------------------------------------------------------------------------------------------------ the dump folder
+
+# written into the folder of ``ascendify dump``: a later dump recognises its own earlier output and replaces it
+# whole; any other non-empty folder is refused (it holds a user's files)
+DUMP_MARKER = ".ascendify-dump.json"
+
+
+def _own_entry(p: Path) -> bool:
+    """What ``ascendify dump`` writes at the top of its folder: ``step<N>/``, ``overflow.json``, the marker."""
+    return (_STEP_RE.match(p.name) is not None and p.is_dir()) or p.name in ("overflow.json", DUMP_MARKER)
+
+
+def _earlier_dump(folder: Path) -> bool:
+    """A dump written before the marker existed: only our entries, and a ``dump.json`` (or ``overflow.json``) of
+    ours among them (msprobe's dumps, with no ``ascendify`` key, are the user's)."""
+    from ascendify.core.fileio import LOCK_NAME
+
+    entries = [p for p in folder.iterdir() if p.name != LOCK_NAME]
+    if not entries or not all(_own_entry(p) for p in entries):
+        return False
+    for p in entries:
+        try:
+            if p.name == "overflow.json":
+                doc = json.loads(p.read_text(encoding="utf-8"))
+                return isinstance(doc, dict) and "calls_checked" in doc and "program" in doc
+            for rd in p.iterdir():
+                f = rd / "dump.json"
+                if f.is_file():
+                    doc = _read_json(f)
+                    return isinstance(doc, dict) and isinstance(doc.get("ascendify"), dict)
+        except (OSError, ValueError):
+            return False
+    return False
+
+
+class DumpFolder:
+    """What :func:`dump_folder` yields: set ``exit_code`` before leaving; it goes in the marker."""
+
+    def __init__(self, root: Path, prepared: bool):
+        self.root = root
+        self.prepared = prepared  # this process took the folder (not a rank of a run another process prepared)
+        self.exit_code: int | None = None
+
+
+class DumpFolderError(ValueError):
+    """The dump folder cannot be used: another dump is writing it, or it holds a user's files."""
+
+
+@contextlib.contextmanager
+def dump_folder(root: str | os.PathLike[str], *, program: str, who: str = "ascendify dump") -> Iterator[DumpFolder]:
+    """Take the dump folder ``root`` for one run of ``ascendify dump``: refuse it while another dump (or any
+    ascendify verb) writes it (``core.fileio.output_lock``), refuse a non-empty folder it did not write (no
+    ``.ascendify-dump.json`` marker, and not a dump of ours from before the marker), replace an earlier dump of
+    ours whole (its ``step<N>/`` folders and ``overflow.json`` go; a file the user put beside them stays), and
+    mark the folder as ours, unfinished until the run ends. Raises :class:`DumpFolderError`.
+
+    Ranks other than 0 of a distributed run take nothing: rank 0 (or the ``ascendify dump`` that started
+    torchrun) prepared the folder, and each rank writes only its own ``rank<R>`` folders."""
+    from ascendify.core import fileio
+
+    root = Path(root)
+    if os.environ.get("RANK", "0").strip() not in ("", "0"):
+        yield DumpFolder(root, prepared=False)
+        return
+    stack = contextlib.ExitStack()
+    try:
+        lock = stack.enter_context(fileio.output_lock(root, who))
+    except fileio.OutputLocked as e:
+        raise DumpFolderError(str(e)) from None
+    except OSError as e:
+        raise DumpFolderError(f"{root}: cannot be made ({e.strerror or e})") from None
+    with stack:
+        held = DumpFolder(root, prepared=not lock.inherited)
+        if held.prepared:
+            problem = fileio.foreign_output(root, DUMP_MARKER, who, ours=_earlier_dump)
+            if problem:
+                raise DumpFolderError(problem)
+            try:
+                fileio.remove_entries(root, _own_entry)
+                _mark(root, who, program, finished=False)
+            except OSError as e:
+                raise DumpFolderError(f"{root}: cannot be written ({e.strerror or e})") from None
+        yield held
+        if held.prepared:
+            try:
+                _mark(root, who, program, finished=True, exit_code=held.exit_code)
+            except OSError:
+                pass  # a full disk: the marker still says "unfinished", which is true enough
+
+
+def _mark(root: Path, who: str, program: str, **info: Any) -> None:
+    import time
+
+    from ascendify.core import fileio
+
+    fileio.write_marker(root, DUMP_MARKER, who, program=program, time=time.strftime("%Y-%m-%d %H:%M:%S"), **info)
 
 
 def _write_plain(path: Path, data: bytes | str) -> None:
@@ -428,17 +552,48 @@ def _num(v: Any) -> float | None:
     return None
 
 
-def _tensor(d: dict[str, Any], key: str) -> TensorStats:
+_STATS = ("Max", "Min", "Mean", "Norm")
+
+
+def _stat(d: dict[str, Any], name: str, where: str) -> float | None:
+    """A statistic of a tensor entry: a number, null, or a non-finite one written as a string ("NaN", "inf")."""
+    v = d.get(name)
+    x = _num(v)
+    if x is None and v is not None:
+        raise ValueError(f"{where}: {name} is {v!r}, not a number")
+    return x
+
+
+def _tensor(d: dict[str, Any], key: str, where: str | None = None) -> TensorStats:
+    """One tensor entry, checked: a damaged or edited entry is an error that says what is wrong (a dump that does
+    not say what its tensors hold cannot be compared, and must not be read as another model or a random draw)."""
+    where = where or f"tensor {key}"
+    missing = [k for k in ("dtype", "shape") if k not in d]
+    if missing:
+        raise ValueError(f"{where}: a tensor without {' and '.join(missing)}")
+    if not isinstance(d["shape"], list) or not all(isinstance(x, int) and x >= 0 for x in d["shape"]):
+        raise ValueError(f"{where}: shape is {d['shape']!r}, not a list of sizes")
+    absent = [k for k in _STATS if k not in d]
+    if absent and "md5" not in d and not d.get("data_name"):
+        raise ValueError(f"{where}: no {', '.join(absent)} (a statistics dump has Max, Min, Mean and Norm for "
+                         "every tensor)")
+    mx, mn = _stat(d, "Max", where), _stat(d, "Min", where)
+    counts = []
+    for k in ("nan_count", "inf_count"):
+        v = d.get(k)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
+            raise ValueError(f"{where}: {k} is {v!r}, not a count")
+        counts.append(v or 0)
     ref = d.get("data_name")
     return TensorStats(
         dtype=str(d.get("dtype")),
-        shape=tuple(int(x) for x in d.get("shape") or ()),
-        max=_num(d.get("Max")),
-        min=_num(d.get("Min")),
-        mean=_num(d.get("Mean")),
-        norm=_num(d.get("Norm")),
-        nan_count=int(d.get("nan_count") or 0),
-        inf_count=int(d.get("inf_count") or 0),
+        shape=tuple(d["shape"]),
+        max=mx,
+        min=mn,
+        mean=_stat(d, "Mean", where),
+        norm=_stat(d, "Norm", where),
+        nan_count=counts[0],
+        inf_count=counts[1],
         fingerprint=tuple(_num(x) or 0.0 for x in d.get("fingerprint") or ()),
         data_ref=f"dump_tensor_data/{ref}" if ref and ref != "-1" else None,
         md5=d.get("md5"),
@@ -455,12 +610,18 @@ def _is_tensor(d: Any) -> bool:
 _NON_FINITE = ("NaN", "Infinity", "-Infinity")
 
 
-def _values(v: Any, key: str, out: list, scalars: dict | None) -> None:
-    if _is_tensor(v):
-        out.append(_tensor(v, key))
+def _looks_like_tensor(d: Any) -> bool:
+    """A tensor entry that lost its ``dtype`` or ``shape``: typed ``torch.Tensor``, or statistics without a
+    scalar's ``value``."""
+    return isinstance(d, dict) and (d.get("type") == "torch.Tensor" or ("value" not in d and any(k in d for k in _STATS)))
+
+
+def _values(v: Any, key: str, out: list, scalars: dict | None, where: str = "") -> None:
+    if _is_tensor(v) or _looks_like_tensor(v):
+        out.append(_tensor(v, key, f"{where} {key or '0'}".strip()))
     elif isinstance(v, list):
         for i, x in enumerate(v):
-            _values(x, f"{key}.{i}" if key else str(i), out, scalars)
+            _values(x, f"{key}.{i}" if key else str(i), out, scalars, where)
     elif isinstance(v, dict) and "type" in v:
         value = v.get("value")
         if isinstance(value, str) and value in _NON_FINITE and v.get("type") != "str":
@@ -591,17 +752,17 @@ def load_dump(path: str | os.PathLike[str], step: int | None = None, rank: int |
         )
         try:
             if info["direction"] == "forward":
-                _values(entry.get("input_args", []), "", node.inputs, node.scalars)
+                _values(entry.get("input_args", []), "", node.inputs, node.scalars, "input")
                 for k, v in (entry.get("input_kwargs") or {}).items():
-                    _values(v, k, node.inputs, node.scalars)
+                    _values(v, k, node.inputs, node.scalars, "input")
             else:
-                _values(entry.get("input", []), "", node.inputs, None)
+                _values(entry.get("input", []), "", node.inputs, None, "input")
             outs: list = []
-            _values(entry.get("output", []), "", outs, None)
+            _values(entry.get("output", []), "", outs, None, "output")
             node.outputs = [x for x in outs if isinstance(x, TensorStats)]
             for p, v in (entry.get("parameters") or {}).items():
-                if _is_tensor(v):
-                    node.params[p] = _tensor(v, p)
+                if _is_tensor(v) or _looks_like_tensor(v):
+                    node.params[p] = _tensor(v, p, f"parameter {p}")
         except (TypeError, ValueError, AttributeError) as e:
             raise DumpError(f, f"entry {name!r} is malformed: {e}") from None
         nodes.append(node)
@@ -622,8 +783,11 @@ def load_dump(path: str | os.PathLike[str], step: int | None = None, rank: int |
             by_name[target.name] = target
         for p, v in entry.items():
             v = v[0] if isinstance(v, list) and v else v
-            if _is_tensor(v):
-                target.grads[p] = _tensor(v, p)
+            if _is_tensor(v) or _looks_like_tensor(v):
+                try:
+                    target.grads[p] = _tensor(v, p, f"gradient {p}")
+                except ValueError as e:
+                    raise DumpError(f, f"entry {name!r} is malformed: {e}") from None
     meta = dict(ours or {})
     meta.setdefault("task", doc.get("task"))
     meta["msprobe_level"] = doc.get("level")

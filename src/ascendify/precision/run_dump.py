@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 from ascendify.precision.dumper import DEFAULT_MAX_BYTES, Dumper, DumpTooLarge, set_active
+from ascendify.precision.msprobe_io import DumpWriteError
 
 
 def make_runner(prog, *, emulate: bool = False, to: str | None = None):
@@ -65,7 +66,7 @@ def run_program(prog, conf: dict, *, emulate: bool = False, to: str | None = Non
     finally:
         try:
             dumper.stop()
-        except (DumpTooLarge, OSError) as e:
+        except (DumpTooLarge, DumpWriteError, OSError) as e:
             error = e
         set_active(None)
     if error is None and dumper.error is not None:
@@ -84,6 +85,7 @@ def run_program(prog, conf: dict, *, emulate: bool = False, to: str | None = Non
             for w in dumper.written_info
         ],
         "error": str(error) if error else None,
+        "scope": list(dumper.scope),
     }
     if json_path:
         from ascendify import report
@@ -117,4 +119,10 @@ def _print_summary(summary: dict) -> None:
         ]
         report.print_table(cols, rows, console_=con)
     elif summary["exit_code"] == 0 and not summary["error"]:
-        con.print("nothing was recorded: did the program run any torch module or API call in the selected steps?")
+        scope = summary.get("scope")
+        if scope:  # the likelier reason: the scope named nothing the program ran
+            con.print(f"nothing was recorded: --scope {','.join(scope)} matched no module path or API the "
+                      "program called in the selected steps (module paths as in named_modules(): layers.0)")
+        else:
+            con.print("nothing was recorded: did the program run any torch module or API call in the selected "
+                      "steps?")

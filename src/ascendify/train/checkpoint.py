@@ -117,8 +117,18 @@ def load(path: Path, *, model, optimizer, scheduler, scaler, device: str) -> Pro
 
 
 def saved_config(path: Path) -> dict:
-    """The configuration stored in a checkpoint (to check a resume uses the same settings)."""
-    return torch.load(path, map_location="cpu", weights_only=True).get("config", {})
+    """The configuration stored in a checkpoint (to check a resume uses the same settings); a truncated or foreign
+    file is a :class:`CheckpointError` naming it."""
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:
+        raise CheckpointError(f"{path}: not a readable checkpoint, truncated or damaged? ({type(e).__name__}: "
+                              f"{str(e).splitlines()[0] if str(e) else ''}); start again without --resume, or "
+                              "restore the file") from None
+    if not isinstance(state, dict) or state.get("format") != FORMAT:
+        raise CheckpointError(f"{path}: not an ascendify train checkpoint (format {FORMAT})")
+    config = state.get("config")
+    return config if isinstance(config, dict) else {}
 
 
 def _unwrap(model):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import tomllib
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -11,6 +12,13 @@ from typing import Any
 
 class ConfigError(ValueError):
     """A bad configuration value or file; the message names the field or file and what is wrong."""
+
+
+class OutputError(RuntimeError):
+    """The run's output could not be written (a full disk, a folder made read-only): the message names the file.
+    ``ascendify train`` exits 4."""
+
+    exit_code = 4
 
 
 @dataclass
@@ -59,10 +67,15 @@ class TrainConfig:
         for name in ("epochs", "batch_size", "grad_accum", "image_size"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1, not {getattr(self, name)}")
+        for name in ("lr", "weight_decay", "label_smoothing", "clip_grad", "momentum", "gamma", "val_fraction"):
+            if not math.isfinite(getattr(self, name)):  # nan passes every comparison below: a run of NaN losses
+                raise ConfigError(f"{name} must be a finite number, not {getattr(self, name)}")
         for name in ("lr", "weight_decay", "label_smoothing", "clip_grad", "momentum", "max_steps", "num_classes",
                      "step_size", "workers", "synthetic_size"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must not be negative, not {getattr(self, name)}")
+        if self.num_classes == 1:
+            raise ConfigError("num_classes must be at least 2 (cross-entropy over one class learns nothing), not 1")
         if not 0.0 < self.val_fraction < 1.0:
             raise ConfigError(f"val_fraction must be between 0 and 1, not {self.val_fraction}")
         if self.label_smoothing >= 1.0:

@@ -53,7 +53,9 @@ class ImageFolder(Dataset):
     def __init__(self, root: str, size: int) -> None:
         base = Path(root)
         if not base.is_dir():
-            raise DataError(f"{root}: no such folder (expected one sub-folder of images per class)")
+            what = "is a file, not a folder" if base.exists() else "no such folder"
+            raise DataError(f"{root}: {what} (--data: synthetic, digits, or a folder with one sub-folder of images "
+                            "per class)")
         self.classes = sorted(p.name for p in base.iterdir() if p.is_dir() and not p.name.startswith("."))
         self.samples = [
             (f, ci)

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ascendify import report
+from ascendify.core.fileio import write_atomic
 
 KEYS = ["epoch", "train_loss", "train_acc", "val_loss", "val_acc", "lr", "epoch_time", "throughput"]
 
@@ -63,7 +64,7 @@ class Writer:
             self.tb.flush()
         report.write_json(self.out / "history.json", history)
         report.write_csv(self.out / "history.csv", history, KEYS)
-        (self.out / "curves.png").write_bytes(curves_png(history))
+        write_atomic(self.out / "curves.png", curves_png(history))  # never a half-written picture
 
     def close(self) -> None:
         if self.tb is not None:

@@ -20,11 +20,11 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from ascendify import report
-from ascendify.core import devices
+from ascendify.core import devices, fileio
 from ascendify.device import placement
 from ascendify.train import checkpoint, data, distributed, metrics
 from ascendify.train import model as model_lib
-from ascendify.train.config import ConfigError, TrainConfig
+from ascendify.train.config import ConfigError, OutputError, TrainConfig
 from ascendify.train.progress import Progress as ProgressView
 
 
@@ -55,15 +55,39 @@ def autocast(cfg: TrainConfig, device: str):
     return torch.autocast(device_type=device.partition(":")[0], dtype=dtype)
 
 
+@contextlib.contextmanager
+def _writing(path: Path):
+    """Writes to ``path`` that fail (a full disk) end the run with :class:`OutputError` naming it, not a
+    traceback."""
+    try:
+        yield
+    except OSError as e:
+        raise OutputError(f"cannot write {path}: {e.strerror or e}") from None
+
+
 def train(cfg: TrainConfig, *, show_progress: bool = True) -> list[dict]:
-    """Train as ``cfg`` says; returns the history (one dict per finished epoch)."""
+    """Train as ``cfg`` says; returns the history (one dict per finished epoch). The main process holds ``--out``
+    while it trains (``core.fileio.output_lock``): a second run into the same folder is refused, never mixed in."""
     device, emulated = placement.resolve_device(cfg.device, backward=True)
     ctx, device = distributed.setup(device, emulated)
     out = Path(cfg.out)
-    if ctx.is_main:
-        if out.exists() and not out.is_dir():
-            raise ConfigError(f"--out {out}: is a file, not a folder")
-        _check_out(cfg, out)
+    with contextlib.ExitStack() as held:
+        if ctx.is_main:
+            if out.exists() and not out.is_dir():
+                raise ConfigError(f"--out {out}: is a file, not a folder")
+            if problem := fileio.folder_problem(out):  # a read-only place: said now, not at the first epoch's end
+                raise ConfigError(f"--out {out}: {problem}")
+            try:
+                held.enter_context(fileio.output_lock(out, "ascendify train"))
+            except fileio.OutputLocked as e:
+                raise ConfigError(f"--out {e}") from None
+            except OSError as e:
+                raise ConfigError(f"--out {out}: cannot be made ({e.strerror or e})") from None
+            _check_out(cfg, out)
+        return _train(cfg, ctx, device, emulated, out, show_progress)
+
+
+def _train(cfg: TrainConfig, ctx, device: str, emulated: bool, out: Path, show_progress: bool) -> list[dict]:
     seed_everything(cfg.seed)
 
     sets = data.build_datasets(cfg.data, image_size=cfg.image_size, val_fraction=cfg.val_fraction, seed=cfg.seed,
@@ -90,16 +114,18 @@ def train(cfg: TrainConfig, *, show_progress: bool = True) -> list[dict]:
         progress = checkpoint.load(out / "last.pt", model=model, optimizer=optimizer, scheduler=scheduler,
                                    scaler=scaler, device=device)
     model = distributed.wrap(model, ctx, device)
-    if ctx.is_main:
-        out.mkdir(parents=True, exist_ok=True)  # only now: bad data or a bad model leave no empty folder behind
-    writer = metrics.Writer(out, enabled=ctx.is_main, tensorboard=cfg.tensorboard)
+    with _writing(out):
+        if ctx.is_main:
+            out.mkdir(parents=True, exist_ok=True)  # bad data or a bad model leave no empty folder behind
+        writer = metrics.Writer(out, enabled=ctx.is_main, tensorboard=cfg.tensorboard)
     view = ProgressView(cfg, ctx, device, emulated, enabled=show_progress and ctx.is_main)
     steps_per_epoch = math.ceil(math.ceil(sampler.num_samples / cfg.batch_size) / cfg.grad_accum)
 
     def save(path: Path) -> None:
         if ctx.is_main:
-            checkpoint.save(path, model=model, optimizer=optimizer, scheduler=scheduler, scaler=scaler,
-                            progress=progress, config=cfg.to_dict(), device=device)
+            with _writing(path):
+                checkpoint.save(path, model=model, optimizer=optimizer, scheduler=scheduler, scaler=scaler,
+                                progress=progress, config=cfg.to_dict(), device=device)
 
     stopped = False
     with view:
@@ -142,7 +168,8 @@ def train(cfg: TrainConfig, *, show_progress: bool = True) -> list[dict]:
                 progress.running = running.state()
                 loss_avg, acc_avg = running.means()
                 view.step(progress.step_in_epoch, loss_avg, acc_avg, seen / (time.perf_counter() - t0))
-                writer.scalar("train/loss", loss.item(), progress.global_step)
+                with _writing(out / "tb"):
+                    writer.scalar("train/loss", loss.item(), progress.global_step)
                 if cfg.max_steps and progress.global_step >= cfg.max_steps:
                     stopped = True
                     break
@@ -172,19 +199,22 @@ def train(cfg: TrainConfig, *, show_progress: bool = True) -> list[dict]:
             progress.history.append(row)
             scheduler.step()
             progress.epoch, progress.step_in_epoch, progress.running = epoch + 1, 0, {}
-            writer.epoch(progress.history)
+            with _writing(out / "history.json"):
+                writer.epoch(progress.history)
             view.end_epoch(row)
             if val_acc > progress.best_val_acc:
                 progress.best_val_acc = val_acc
                 save(out / "best.pt")
             save(out / "last.pt")
-    writer.close()
+    with _writing(out / "tb"):
+        writer.close()
     if ctx.is_main:
         summary = {"config": cfg.to_dict(), "device": device, "device_name": devices.device_name(device),
                    "emulated": emulated, "world_size": ctx.world_size, "finished": not stopped,
                    "global_step": progress.global_step, "best_val_acc": progress.best_val_acc,
                    "history": progress.history}
-        report.write_json(out / "train.json", summary)
+        with _writing(out / "train.json"):
+            report.write_json(out / "train.json", summary)
     distributed.cleanup(ctx)
     return progress.history
 
@@ -220,3 +250,11 @@ def _check_out(cfg: TrainConfig, out: Path) -> None:
                                   f"resume with the same settings")
     elif last.exists() or (out / "history.json").exists():
         raise ConfigError(f"{out} holds an earlier run: pass --resume to continue it, or choose another --out")
+    else:  # files of the user's that a fresh run would overwrite (a config file beside them is fine)
+        taken = [n for n in OUTPUTS if (out / n).exists()]
+        if taken:
+            raise ConfigError(f"--out {out} holds {', '.join(taken)}, which this run would overwrite: move them, "
+                              "or choose another --out")
+
+
+OUTPUTS = ("best.pt", "last.pt", "history.json", "history.csv", "curves.png", "train.json", "tb")  # what a run writes

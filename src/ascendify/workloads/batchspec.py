@@ -43,6 +43,8 @@ def tensor(one: str, seed: int, index: int):
         shape = tuple(int(s) for s in parts[0].lower().split("x") if s)
     except ValueError:
         raise SpecError(f"input spec {one!r}: the shape must be like 4x16") from None
+    if any(n < 1 for n in shape):  # a negative size is torch's traceback, a 0 an empty tensor that proves nothing
+        raise SpecError(f"input spec {one!r}: every size must be at least 1")
     dtype = parts[1].lower() if len(parts) > 1 and parts[1] else "float32"
     if dtype not in DTYPES:
         raise SpecError(f"input spec {one!r}: unknown dtype {dtype!r} (use one of {', '.join(DTYPES)})")
@@ -57,6 +59,8 @@ def tensor(one: str, seed: int, index: int):
         high = int(parts[2]) if len(parts) > 2 and parts[2] else 2
     except ValueError:
         raise SpecError(f"input spec {one!r}: the upper bound must be an integer") from None
+    if high < 1:
+        raise SpecError(f"input spec {one!r}: the upper bound must be at least 1 (integers are drawn below it)")
     return torch.randint(0, high, shape, generator=g, dtype=tdt)
 
 

@@ -324,6 +324,15 @@ _BUILDERS: dict[str, Callable] = {
 }
 
 
+def _where_in(exc: BaseException, path: Path) -> str:
+    """`` (at FILE:LINE)``: the last line of ``path`` the exception passed through ('' when none)."""
+    import traceback
+
+    want = os.path.realpath(path)
+    lines = [f.lineno for f in traceback.extract_tb(exc.__traceback__) if os.path.realpath(f.filename) == want]
+    return f" (at {path}:{lines[-1]})" if lines else ""
+
+
 def _build_from_factory(spec: str, **kwargs):
     import torch.nn as nn
 
@@ -357,7 +366,10 @@ def _build_from_factory(spec: str, **kwargs):
                 kwargs[k] = default
     except (TypeError, ValueError):
         accepted = {}
-    model = factory(**accepted)
+    try:
+        model = factory(**accepted)
+    except Exception as e:  # the user's code: say which file, which factory and what it raised (no traceback)
+        raise ModelError(f"{spec}: {factory_name}() raised {type(e).__name__}: {e}{_where_in(e, path)}") from None
     if "num_classes" not in accepted:
         kwargs["num_classes"] = None  # the factory chose its own class count: example_batch stays below 2
     if not isinstance(model, nn.Module):
