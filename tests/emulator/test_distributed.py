@@ -133,11 +133,12 @@ def two_ranks(tmp_path_factory):
     reports = [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
     params = [torch.load(out / f"params{r}.pt") for r in range(2)]
     viewed = [torch.load(out / f"params_bucket_view{r}.pt") for r in range(2)]
-    return reports, params, viewed
+    found = [torch.load(out / f"params_find_unused{r}.pt") for r in range(2)]
+    return reports, params, viewed, found
 
 
 def test_two_rank_collectives(two_ranks):
-    reports, _, _ = two_ranks
+    reports, *_ = two_ranks
     world = 2
     for rank, rep in enumerate(reports):
         assert (rep["rank"], rep["world"], rep["backend"], rep["is_hccl_available"]) == (rank, world, "hccl", True)
@@ -161,6 +162,18 @@ def test_two_rank_collectives(two_ranks):
         assert "must be on the npu device" in rep["cpu_tensor_error"]
         assert rep["gloo_npu_error"] and "npu" in rep["gloo_npu_error"]
         assert rep["gloo_cpu"] == [float(world)] * 2
+        # HCCL's argument rules, not gloo's: element counts, flat buffers, uneven parts; pinned host memory
+        assert rep["all_gather_into_flat"] == [float(r) for r in range(world) for _ in range(6)]
+        assert rep["all_gather_into_stacked"] == [[float(r)] * 3 for r in range(world)]
+        full = [sum(i + r for r in range(world)) for i in range(6 * world)]
+        assert rep["reduce_scatter_from_flat"] == [[float(v) for v in full[6 * rank + 2 * k:6 * rank + 2 * k + 2]]
+                                                  for k in range(3)]
+        assert rep["all_gather_bad_numel"].startswith(
+            "output tensor size must be equal to world_size times input tensor size\nERR02001")
+        assert rep["all_gather_uneven"] == [[float(r)] * (r + 1) for r in range(world)]
+        assert rep["all_gather_reshaped"] == [[[float(r)] * 2] for r in range(world)]
+        assert rep["reduce_scatter_uneven"] == [float(sum(r + 1 for r in range(world)))] * (rank + 1)
+        assert rep["pinned"] == [True, True, False]
     assert reports[0]["reduce_dst0"] == [float(sum(r + 1 for r in range(world)))] * 2
     assert reports[1]["recv"] == [0.0, 1.0, 2.0]
     assert reports[0]["gather"] == [[float(r)] for r in range(world)]
@@ -174,7 +187,7 @@ def _load_worker():
 
 
 def test_two_rank_ddp_matches_single_process_reference(two_ranks):
-    reports, params, _ = two_ranks
+    reports, params, *_ = two_ranks
     for rep in reports:
         assert rep["param_devices"] == ["npu"] and rep["grad_devices"] == ["npu"]
     for k in params[0]:
@@ -197,7 +210,7 @@ def test_two_rank_ddp_matches_single_process_reference(two_ranks):
 
 def test_two_rank_ddp_with_gradients_as_bucket_views_is_the_same_training(two_ranks):
     """Small buckets (several allreduces a step) and grads viewing them: bit-identical to the default DDP run."""
-    _, params, viewed = two_ranks
+    _, params, viewed, _ = two_ranks
     for rank in range(2):
         for k in params[rank]:
             assert torch.equal(viewed[rank][k], params[rank][k]), (rank, k)
@@ -213,3 +226,12 @@ def test_a_second_wait_does_not_copy_a_reduce_scatter_again(single_group):
     out.fill_(7.0)
     work.wait()
     assert out.cpu().tolist() == [7.0, 7.0]
+
+
+def test_two_rank_ddp_finding_unused_parameters_trains(two_ranks):
+    """find_unused_parameters=True (the Trainer's default under DDP) copies its used-parameter map through pinned
+    host memory in the first backward: it trains, and the used parameters end as in the default DDP run."""
+    _, params, _, found = two_ranks
+    for rank in range(2):
+        for k in params[rank]:
+            assert torch.equal(found[rank][k], params[rank][k]), (rank, k)

@@ -1,8 +1,10 @@
 """Host-memory paths with no meaning on the emulated device.
 
-Pinned (page-locked) host memory needs an accelerator allocator that a Python backend cannot provide. On the
-emulator the device *is* host memory, so pinning is a no-op: ``Tensor.pin_memory()`` returns the tensor and
-``Tensor.is_pinned()`` answers False; DataLoader's ``pin_memory=True`` then works unchanged.
+Pinned (page-locked) host memory needs an accelerator allocator that Python hooks cannot provide: the C++
+hooks (``ops/cfast.cpp``) provide it, so ``torch.empty(..., pin_memory=True)``, ``Tensor.pin_memory()`` and DDP's
+pinned copies work and ``is_pinned()`` is True, as on an NPU. Without the C++ kernels (no compiler) pinning is a
+no-op: ``Tensor.pin_memory()`` returns the tensor, ``Tensor.is_pinned()`` answers False (DataLoader's
+``pin_memory=True`` works unchanged; ``pin_memory=True`` in a factory raises torch's error).
 
 ``Tensor.record_stream`` accepts the emulated ``torch.npu.Stream`` (a no-op: work is synchronous).
 
@@ -63,8 +65,11 @@ def install() -> None:
     from ascendify.emulator.api import legacy_types as legacy
 
     legacy.install(_patches)
-    _patches.set(torch.Tensor, "pin_memory", light_wraps(pin_memory, orig_pin))
-    _patches.set(torch.Tensor, "is_pinned", light_wraps(is_pinned, orig_is_pinned))
+    from ascendify.emulator.device import backend
+
+    if not backend.pinned_memory[0]:
+        _patches.set(torch.Tensor, "pin_memory", light_wraps(pin_memory, orig_pin))
+        _patches.set(torch.Tensor, "is_pinned", light_wraps(is_pinned, orig_is_pinned))
 
 
 def _patch_storage_new() -> None:
