@@ -203,9 +203,9 @@ def run(args: argparse.Namespace) -> int:
     if problem:
         print(f"ascendify dump: -o {out}: {problem}", file=sys.stderr)
         return 2
-    if prog.kind == "torchrun":
+    if prog.launches_workers:
         flags = _flags(args)
-        return prog.relaunch_torchrun(["dump", *flags, "--"], who="ascendify dump")
+        return prog.relaunch(["dump", *flags, "--"], who="ascendify dump")
     from ascendify.precision import run_dump
 
     if conf["overflow"]:
