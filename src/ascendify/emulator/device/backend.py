@@ -114,7 +114,7 @@ def install() -> int:
     n = kernels.register((fallback_lib, aten_lib))
     layouts.register(_libs)
     autograd_engine.install()
-    patches.install()
+    patches.install(real_pinned_memory=pinned_memory[0])
     unsupported.install()
     accelerator.install()
     cuda_hint.install()

@@ -26,8 +26,9 @@ _patches = runtime.patches
 _installed: list[bool] = []
 
 
-def install() -> None:
-    """Install every patch of this module (once), through the emulator's :class:`~ascendify.core.patching.Patches`."""
+def install(real_pinned_memory: bool = False) -> None:
+    """Install every patch of this module (once), through the emulator's :class:`~ascendify.core.patching.Patches`.
+    ``real_pinned_memory``: the C++ hooks serve pinned host memory (no pinning no-op then)."""
     if _installed:
         return
     _installed.append(True)
@@ -65,9 +66,7 @@ def install() -> None:
     from ascendify.emulator.api import legacy_types as legacy
 
     legacy.install(_patches)
-    from ascendify.emulator.device import backend
-
-    if not backend.pinned_memory[0]:
+    if not real_pinned_memory:
         _patches.set(torch.Tensor, "pin_memory", light_wraps(pin_memory, orig_pin))
         _patches.set(torch.Tensor, "is_pinned", light_wraps(is_pinned, orig_is_pinned))
 
