@@ -100,7 +100,10 @@ def build(prof, record_shapes: bool, with_stack: bool) -> Run:
     """The NPU view of a finished torch profiler run (its event tree, recorded with shapes)."""
     import torch
 
-    device = torch.npu.current_device() if hasattr(torch, "npu") else 0
+    # the device id an NPU job reports: the rank's own device (under torchrun the emulator serves every rank from
+    # one device 0, single-device mode, while the job runs on npu:LOCAL_RANK)
+    local = os.environ.get("LOCAL_RANK", "")
+    device = int(local) if local.isdigit() else (torch.npu.current_device() if hasattr(torch, "npu") else 0)
     roots: list[Op] = []
     tasks: list[Task] = []
     steps: list = []
