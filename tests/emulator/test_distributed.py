@@ -235,3 +235,25 @@ def test_two_rank_ddp_finding_unused_parameters_trains(two_ranks):
     for rank in range(2):
         for k in params[rank]:
             assert torch.equal(found[rank][k], params[rank][k]), (rank, k)
+
+
+def test_groups_take_torch_npu_hccl_options_as_mindspeed_builds_them(single_group):
+    """MindSpeed/Megatron: ``torch_npu._C._distributed_c10d.ProcessGroupHCCL.Options()`` with a ``hccl_config``
+    (a copy on read: updated by assignment, as torch_npu's binding allows), passed as ``pg_options``."""
+    import torch_npu
+    from torch_npu.utils.collect_env import get_cann_version  # noqa: F401  (imported at import time by MindSpeed)
+
+    options_cls = torch_npu._C._distributed_c10d.ProcessGroupHCCL.Options
+    assert hasattr(options_cls, "hccl_config")
+    options = options_cls()
+    config = options.hccl_config
+    config.update({"group_name": "dp"})
+    assert options.hccl_config == {}  # no in-place update
+    options.hccl_config = config
+    assert options.hccl_config == {"group_name": "dp"}
+    with pytest.raises(TypeError):
+        options.hccl_config = ["group_name"]
+    group = dist.new_group(ranks=[0], backend="hccl", pg_options=options)
+    t = torch.ones(2, device="npu")
+    dist.all_reduce(t, group=group)
+    assert t.cpu().tolist() == [1.0, 1.0]

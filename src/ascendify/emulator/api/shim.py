@@ -35,7 +35,7 @@ from ascendify.emulator.errors import NotEmulatedError
 
 _PROVIDED = ("torch_npu", "torch_npu.npu", "torch_npu.contrib", "torch_npu.contrib.transfer_to_npu",
              "torch_npu.optim", "torch_npu.utils", "torch_npu.utils.storage", "torch_npu.utils.serialization",
-             "torch_npu.distributed", "torch_npu.profiler")
+             "torch_npu.distributed", "torch_npu.profiler", "torch_npu.utils.collect_env")
 
 
 def _known(dotted: str) -> bool:
@@ -109,6 +109,12 @@ def _get_cann_version(module="CANN"):
     )
 
 
+def _process_group_hccl():
+    from ascendify.emulator.distributed.hccl import EmulatedHcclProcessGroup
+
+    return EmulatedHcclProcessGroup
+
+
 def _is_hccl_available() -> bool:
     import torch.distributed as dist
 
@@ -156,7 +162,9 @@ def _build(name: str) -> types.ModuleType:
             # a real package has one; tools derive paths from it (DeepSpeed's NPU op builder: its lib folder)
             "__file__": __file__,
             "npu": torch.npu,
-            "_C": types.SimpleNamespace(),
+            # torch_npu._C._distributed_c10d.ProcessGroupHCCL(.Options): MindSpeed/Megatron build group options
+            "_C": types.SimpleNamespace(_distributed_c10d=types.SimpleNamespace(
+                ProcessGroupHCCL=_process_group_hccl())),
             "get_npu_format": tooling.get_npu_format,
             "Format": tooling.Format,
         }, package=True)
@@ -171,6 +179,9 @@ def _build(name: str) -> types.ModuleType:
         return _module(name, "torch_npu.optim, emulated: NpuFused* map to torch.optim.", _optim(), package=True)
     if name == "torch_npu.utils":
         return _module(name, "torch_npu.utils, emulated.", {"get_cann_version": _get_cann_version}, package=True)
+    if name == "torch_npu.utils.collect_env":  # MindSpeed imports get_cann_version from here at import time
+        return _module(name, "torch_npu.utils.collect_env, emulated: get_cann_version (no CANN: it raises).",
+                       {"get_cann_version": _get_cann_version})
     if name == "torch_npu.utils.storage":
         return _module(name, "torch_npu.utils.storage, emulated: the checkpoint rebuild function.",
                        tooling.storage_attrs())

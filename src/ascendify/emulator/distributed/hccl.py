@@ -39,7 +39,7 @@ from ascendify.emulator.distributed import hccl_rules
 BACKEND = "hccl"
 DEVICE = "npu"
 
-__all__ = ["BACKEND", "EmulatedHcclProcessGroup", "install", "is_hccl_available", "is_installed"]
+__all__ = ["BACKEND", "EmulatedHcclProcessGroup", "HcclOptions", "install", "is_hccl_available", "is_installed"]
 
 
 def is_hccl_available() -> bool:
@@ -190,8 +190,36 @@ def _divider(tensors, size):
     return after
 
 
+class HcclOptions:
+    """``torch_npu._C._distributed_c10d.ProcessGroupHCCL.Options``: what ``new_group(pg_options=...)`` takes for
+    HCCL. MindSpeed and Megatron build one per group (``hccl_config`` with ``group_name``, buffer sizes...); the
+    emulated group accepts it and ignores its HCCL tuning, as it ignores ``pg_options`` generally."""
+
+    def __init__(self, is_high_priority_stream: bool = False):
+        self.is_high_priority_stream = is_high_priority_stream
+        self.global_ranks_in_group: list[int] = []
+        self.group_id = ""
+        self._timeout = datetime.timedelta(seconds=1800)
+        self._hccl_config: dict = {}
+
+    @property
+    def hccl_config(self) -> dict:
+        return dict(self._hccl_config)  # a copy, as torch_npu's binding returns (no in-place update)
+
+    @hccl_config.setter
+    def hccl_config(self, value: dict) -> None:
+        if not isinstance(value, dict):
+            raise TypeError(f"hccl_config must be a dict, not {type(value).__name__}")
+        self._hccl_config = dict(value)
+
+    def __repr__(self) -> str:
+        return f"ProcessGroupHCCL.Options(hccl_config={self._hccl_config!r})"
+
+
 class EmulatedHcclProcessGroup(dist.ProcessGroup):
     """A process group named ``hccl`` whose collectives run gloo on CPU aliases of ``npu`` tensors."""
+
+    Options = HcclOptions  # torch_npu: ProcessGroupHCCL.Options
 
     def __init__(self, store, rank: int, size: int, timeout: datetime.timedelta):
         super().__init__(rank, size)
