@@ -94,6 +94,11 @@ def collectives(rank: int, world: int) -> dict:
     dist.reduce_scatter(mine, [torch.full((r + 1,), float(rank + 1), device="npu") for r in range(world)])
     out["reduce_scatter_uneven"] = values(mine)
 
+    ins = [torch.full((rank + j + 1,), float(10 * rank + j), device="npu") for j in range(world)]
+    outs = [torch.empty(j + rank + 1, device="npu") for j in range(world)]  # parts of other sizes: AlltoAllV
+    dist.all_to_all(outs, ins)
+    out["all_to_all_uneven"] = [values(o) for o in outs]
+
     pinned = torch.empty(4, pin_memory=True)
     out["pinned"] = [pinned.is_pinned(), torch.ones(2).pin_memory().is_pinned(), torch.ones(2).is_pinned()]
 

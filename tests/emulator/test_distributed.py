@@ -174,6 +174,7 @@ def test_two_rank_collectives(two_ranks):
         assert rep["all_gather_reshaped"] == [[[float(r)] * 2] for r in range(world)]
         assert rep["reduce_scatter_uneven"] == [float(sum(r + 1 for r in range(world)))] * (rank + 1)
         assert rep["pinned"] == [True, True, False]
+        assert rep["all_to_all_uneven"] == [[float(10 * j + rank)] * (j + rank + 1) for j in range(world)]
     assert reports[0]["reduce_dst0"] == [float(sum(r + 1 for r in range(world)))] * 2
     assert reports[1]["recv"] == [0.0, 1.0, 2.0]
     assert reports[0]["gather"] == [[float(r)] for r in range(world)]
@@ -257,3 +258,12 @@ def test_groups_take_torch_npu_hccl_options_as_mindspeed_builds_them(single_grou
     t = torch.ones(2, device="npu")
     dist.all_reduce(t, group=group)
     assert t.cpu().tolist() == [1.0, 1.0]
+
+
+def test_gather_and_scatter_check_sizes_as_process_group_hccl(single_group):
+    """HCCL's gather and scatter compare shapes (c10d's assertTypeAndSizesMatch), with ProcessGroupHCCL's name."""
+    with pytest.raises(ValueError, match=r"ProcessGroupHCCL::gather: invalid tensor size at index 0 "
+                                         r"\(expected \(2, 3\), got \(6,\)\)"):
+        dist.gather(torch.ones(2, 3, device="npu"), [torch.empty(6, device="npu")], dst=0)
+    with pytest.raises(ValueError, match="ProcessGroupHCCL::scatter: invalid tensor size at index 0"):
+        dist.scatter(torch.empty(6, device="npu"), [torch.ones(2, 3, device="npu")], src=0)

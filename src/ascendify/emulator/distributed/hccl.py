@@ -85,6 +85,17 @@ def _on_npu(tensors) -> bool:
     return any(isinstance(t, torch.Tensor) and t.device.type == DEVICE for t in tensors)
 
 
+def _sizes_match(fn: str, tensors, like: torch.Tensor) -> None:
+    """c10d's ``assertTypeAndSizesMatch``, which ProcessGroupHCCL's gather and scatter call, with its messages."""
+    for i, t in enumerate(tensors):
+        if t.dtype != like.dtype:
+            raise ValueError(f"ProcessGroupHCCL::{fn}: invalid tensor type at index {i} (expected {like.dtype}, got "
+                             f"{t.dtype})")
+        if t.shape != like.shape:
+            raise ValueError(f"ProcessGroupHCCL::{fn}: invalid tensor size at index {i} (expected "
+                             f"{tuple(like.shape)}, got {tuple(t.shape)})")
+
+
 def _flat(t: torch.Tensor) -> torch.Tensor:
     """A 1-D view of ``t``'s memory in memory order: what HCCL hands its kernels (a pointer and a count).
 
@@ -411,6 +422,8 @@ class EmulatedHcclProcessGroup(dist.ProcessGroup):
     def gather(self, output_lists, inputs, opts=None):
         opts = opts if opts is not None else dist.GatherOptions()
         outs, ins = self._gloo_args("gather", output_lists, inputs)
+        if _on_npu(inputs) and output_lists:
+            _sizes_match("gather", output_lists[0], inputs[0])
         if self._rank == opts.rootRank and not all(t.device.type == "cpu" for t in inputs):
             hccl_rules.check_gather()  # torch_npu runs dist.gather as an all_gather, with a warning
         return _work(self._gloo.gather(outs, ins, opts), output_lists)
@@ -418,7 +431,29 @@ class EmulatedHcclProcessGroup(dist.ProcessGroup):
     def scatter(self, outputs, input_lists, opts=None):
         opts = opts if opts is not None else dist.ScatterOptions()
         outs, ins = self._gloo_args("scatter", outputs, input_lists)
+        if _on_npu(outputs) and input_lists:
+            _sizes_match("scatter", input_lists[0], outputs[0])
         return _work(self._gloo.scatter(outs, ins, opts), outputs)
+
+    def alltoall(self, outputs, inputs, opts=None):
+        """``dist.all_to_all`` (lists): HCCL takes parts of any size (HcclAlltoAllV); gloo has no list all-to-all,
+        so the parts travel as one flat all-to-all with split sizes, and are copied out once they have landed."""
+        opts = opts if opts is not None else dist.AllToAllOptions()
+        if len(outputs) != self._size:
+            raise RuntimeError("the size of output_tensors and worldsize must equal\nERR02001 DIST invalid parameter")
+        if len(outputs) != len(inputs):
+            raise RuntimeError("the size of input_tensors and output_tensors must equal\nERR02001 DIST invalid "
+                               "parameter")
+        outs, ins = self._gloo_args("all_to_all", outputs, inputs, splits=True)
+        send = torch.cat([i.reshape(-1) for i in ins]) if ins else torch.empty(0)
+        recv = torch.empty(sum(o.numel() for o in outs), dtype=send.dtype)
+        out_splits, in_splits = [o.numel() for o in outs], [i.numel() for i in ins]
+
+        def after():
+            for o, part in zip(outs, torch.split(recv, out_splits), strict=True):
+                o.copy_(part.view(o.shape))
+
+        return _work(self._gloo.alltoall_base(recv, send, out_splits, in_splits, opts), outputs, after)
 
     def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts=None):
         opts = opts if opts is not None else dist.AllToAllOptions()
