@@ -113,6 +113,16 @@ def test_ddp_with_device_ids_in_one_process(single_group):
 # --- two processes under torchrun -------------------------------------------------------------------------------
 
 
+def _pinned_memory() -> bool:
+    """Whether the workers get pinned host memory: the C++ kernels load in a fresh process."""
+    from ascendify.emulator.ops import cfast
+
+    return os.environ.get(cfast.ENV, "1") != "0" and cfast.module(build_if_missing=False) is not None
+
+
+PINNED = _pinned_memory()
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -133,7 +143,8 @@ def two_ranks(tmp_path_factory):
     reports = [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
     params = [torch.load(out / f"params{r}.pt") for r in range(2)]
     viewed = [torch.load(out / f"params_bucket_view{r}.pt") for r in range(2)]
-    found = [torch.load(out / f"params_find_unused{r}.pt") for r in range(2)]
+    found = [torch.load(out / f"params_find_unused{r}.pt") if (out / f"params_find_unused{r}.pt").exists()
+             else None for r in range(2)]
     return reports, params, viewed, found
 
 
@@ -173,7 +184,10 @@ def test_two_rank_collectives(two_ranks):
         assert rep["all_gather_uneven"] == [[float(r)] * (r + 1) for r in range(world)]
         assert rep["all_gather_reshaped"] == [[[float(r)] * 2] for r in range(world)]
         assert rep["reduce_scatter_uneven"] == [float(sum(r + 1 for r in range(world)))] * (rank + 1)
-        assert rep["pinned"] == [True, True, False]
+        if PINNED:
+            assert rep["pinned"] == [True, True, False]
+        else:
+            assert "getPinnedMemoryAllocator" in rep["pinned"]
         assert rep["all_to_all_uneven"] == [[float(10 * j + rank)] * (j + rank + 1) for j in range(world)]
     assert reports[0]["reduce_dst0"] == [float(sum(r + 1 for r in range(world)))] * 2
     assert reports[1]["recv"] == [0.0, 1.0, 2.0]
@@ -233,6 +247,8 @@ def test_two_rank_ddp_finding_unused_parameters_trains(two_ranks):
     """find_unused_parameters=True (the Trainer's default under DDP) copies its used-parameter map through pinned
     host memory in the first backward: it trains, and the used parameters end as in the default DDP run."""
     _, params, _, found = two_ranks
+    if not PINNED:
+        pytest.skip("pinned host memory needs the emulator's C++ kernels, not loaded here")
     for rank in range(2):
         for k in params[rank]:
             assert torch.equal(found[rank][k], params[rank][k]), (rank, k)
