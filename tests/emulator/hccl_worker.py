@@ -69,6 +69,42 @@ def collectives(rank: int, world: int) -> dict:
     dist.all_gather_into_tensor(flat, torch.full((2,), float(rank), device="npu"))
     out["all_gather_into_tensor"] = values(flat)
 
+    # HCCL compares element counts, not shapes (accelerate's gather_for_metrics passes a flat output)
+    flat = torch.empty(2 * 3 * world, device="npu")
+    dist.all_gather_into_tensor(flat, torch.full((2, 3), float(rank), device="npu"))
+    out["all_gather_into_flat"] = values(flat)
+    shaped = torch.empty(world, 3, device="npu")
+    dist.all_gather_into_tensor(shaped, torch.full((3,), float(rank), device="npu"))
+    out["all_gather_into_stacked"] = values(shaped)
+    r = torch.empty(3, 2, device="npu")
+    dist.reduce_scatter_tensor(r, torch.arange(6.0 * world, device="npu") + rank)
+    out["reduce_scatter_from_flat"] = values(r)
+    try:
+        dist.all_gather_into_tensor(torch.empty(2 * world + 1, device="npu"), torch.ones(2, device="npu"))
+        out["all_gather_bad_numel"] = None
+    except RuntimeError as e:
+        out["all_gather_bad_numel"] = str(e)
+    parts = [torch.empty(r + 1, device="npu") for r in range(world)]  # uneven parts: HcclAllGatherV
+    dist.all_gather(parts, torch.full((rank + 1,), float(rank), device="npu"))
+    out["all_gather_uneven"] = [values(g) for g in parts]
+    rows = [torch.empty(1, 2, device="npu") for _ in range(world)]  # other shape, same count
+    dist.all_gather(rows, torch.full((2,), float(rank), device="npu"))
+    out["all_gather_reshaped"] = [values(g) for g in rows]
+    mine = torch.empty(rank + 1, device="npu")  # uneven parts: HcclReduceScatterV
+    dist.reduce_scatter(mine, [torch.full((r + 1,), float(rank + 1), device="npu") for r in range(world)])
+    out["reduce_scatter_uneven"] = values(mine)
+
+    ins = [torch.full((rank + j + 1,), float(10 * rank + j), device="npu") for j in range(world)]
+    outs = [torch.empty(j + rank + 1, device="npu") for j in range(world)]  # parts of other sizes: AlltoAllV
+    dist.all_to_all(outs, ins)
+    out["all_to_all_uneven"] = [values(o) for o in outs]
+
+    try:  # pinned host memory needs the C++ kernels (ops/cfast.cpp): without them, torch's error
+        pinned = torch.empty(4, pin_memory=True)
+        out["pinned"] = [pinned.is_pinned(), torch.ones(2).pin_memory().is_pinned(), torch.ones(2).is_pinned()]
+    except RuntimeError as e:
+        out["pinned"] = str(e)
+
     b = torch.full((2,), float(rank + 10), device="npu")
     dist.broadcast(b, src=1)
     out["broadcast"] = values(b)
@@ -150,12 +186,25 @@ def collectives(rank: int, world: int) -> dict:
     return out
 
 
-def train(rank: int, world: int, steps: int, **ddp_options) -> dict:
+class WithUnused(torch.nn.Module):
+    """The CNN and a head no step uses: DDP with ``find_unused_parameters=True`` (the Trainer's default under DDP)
+    marks it unused through a pinned host copy of its used-parameter map, in the first backward."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = make_model()
+        self.unused = torch.nn.Linear(5, 5)
+
+    def forward(self, x):
+        return self.body(x)
+
+
+def train(rank: int, world: int, steps: int, unused: bool = False, **ddp_options) -> dict:
     """DDP the torch_npu way: rank r sets and trains on ``npu:LOCAL_RANK``."""
     local_rank = int(os.environ["LOCAL_RANK"])
     device = torch.device(f"npu:{local_rank}")
     torch.npu.set_device(device)
-    model = make_model().to(device)
+    model = (WithUnused() if unused else make_model()).to(device)
     ddp = DDP(model, device_ids=[local_rank], **ddp_options)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.1, momentum=0.9)
     per_rank = GLOBAL_BATCH // world
@@ -166,10 +215,11 @@ def train(rank: int, world: int, steps: int, **ddp_options) -> dict:
         loss = torch.nn.functional.cross_entropy(ddp(xs), ys)
         loss.backward()
         opt.step()
-    params = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+    body = model.body if unused else model
+    params = {k: v.detach().cpu() for k, v in body.state_dict().items()}
     return {
         "param_devices": sorted({p.device.type for p in model.parameters()}),
-        "grad_devices": sorted({p.grad.device.type for p in model.parameters()}),
+        "grad_devices": sorted({p.grad.device.type for p in body.parameters()}),
         "params": params,
     }
 
@@ -185,6 +235,9 @@ def main() -> int:
     # gradients as views into the communication buckets, small buckets (several allreduces per step)
     viewed = train(rank, world, steps, gradient_as_bucket_view=True, bucket_cap_mb=0.0005)
     torch.save(viewed.pop("params"), os.path.join(out_dir, f"params_bucket_view{rank}.pt"))
+    if isinstance(report["pinned"], list):  # DDP's find_unused_parameters copies through pinned host memory
+        found = train(rank, world, steps, unused=True, find_unused_parameters=True)
+        torch.save(found.pop("params"), os.path.join(out_dir, f"params_find_unused{rank}.pt"))
     report.update(trained)
     dist.destroy_process_group()
     with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:

@@ -189,6 +189,23 @@ def test_pin_memory_and_a_pinning_dataloader_with_workers():
     assert torch.equal(torch.cat(got), (data * 2 + 1).sum(1))
 
 
+@needs_cxx
+def test_pinned_host_memory_is_real_as_on_an_npu():
+    """torch_npu's host allocator: pin_memory=True allocates pinned blocks and is_pinned() tells them (and views
+    into them) from ordinary CPU memory; freed blocks are forgotten."""
+    before = cfast.module().pinned_blocks()
+    t = torch.empty(3, 4, pin_memory=True)
+    plain = torch.ones(6)
+    p = plain.pin_memory()
+    assert t.is_pinned() and p.is_pinned() and p[2:].is_pinned() and torch.zeros(2, pin_memory=True).is_pinned()
+    assert not plain.is_pinned() and not torch.empty(3).is_pinned()
+    assert torch.equal(p, plain) and p.data_ptr() != plain.data_ptr()
+    assert torch.equal(p.to("npu", non_blocking=True).cpu(), plain)
+    assert cfast.module().pinned_blocks() == before + 2  # t and p (the zeros are gone)
+    del t, p
+    assert cfast.module().pinned_blocks() == before
+
+
 # --------------------------------------------------------------------------------------------------------
 # memory counters
 

@@ -113,6 +113,16 @@ def test_ddp_with_device_ids_in_one_process(single_group):
 # --- two processes under torchrun -------------------------------------------------------------------------------
 
 
+def _pinned_memory() -> bool:
+    """Whether the workers get pinned host memory: the C++ kernels load in a fresh process."""
+    from ascendify.emulator.ops import cfast
+
+    return os.environ.get(cfast.ENV, "1") != "0" and cfast.module(build_if_missing=False) is not None
+
+
+PINNED = _pinned_memory()
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -133,11 +143,13 @@ def two_ranks(tmp_path_factory):
     reports = [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
     params = [torch.load(out / f"params{r}.pt") for r in range(2)]
     viewed = [torch.load(out / f"params_bucket_view{r}.pt") for r in range(2)]
-    return reports, params, viewed
+    found = [torch.load(out / f"params_find_unused{r}.pt") if (out / f"params_find_unused{r}.pt").exists()
+             else None for r in range(2)]
+    return reports, params, viewed, found
 
 
 def test_two_rank_collectives(two_ranks):
-    reports, _, _ = two_ranks
+    reports, *_ = two_ranks
     world = 2
     for rank, rep in enumerate(reports):
         assert (rep["rank"], rep["world"], rep["backend"], rep["is_hccl_available"]) == (rank, world, "hccl", True)
@@ -161,6 +173,22 @@ def test_two_rank_collectives(two_ranks):
         assert "must be on the npu device" in rep["cpu_tensor_error"]
         assert rep["gloo_npu_error"] and "npu" in rep["gloo_npu_error"]
         assert rep["gloo_cpu"] == [float(world)] * 2
+        # HCCL's argument rules, not gloo's: element counts, flat buffers, uneven parts; pinned host memory
+        assert rep["all_gather_into_flat"] == [float(r) for r in range(world) for _ in range(6)]
+        assert rep["all_gather_into_stacked"] == [[float(r)] * 3 for r in range(world)]
+        full = [sum(i + r for r in range(world)) for i in range(6 * world)]
+        assert rep["reduce_scatter_from_flat"] == [[float(v) for v in full[6 * rank + 2 * k:6 * rank + 2 * k + 2]]
+                                                  for k in range(3)]
+        assert rep["all_gather_bad_numel"].startswith(
+            "output tensor size must be equal to world_size times input tensor size\nERR02001")
+        assert rep["all_gather_uneven"] == [[float(r)] * (r + 1) for r in range(world)]
+        assert rep["all_gather_reshaped"] == [[[float(r)] * 2] for r in range(world)]
+        assert rep["reduce_scatter_uneven"] == [float(sum(r + 1 for r in range(world)))] * (rank + 1)
+        if PINNED:
+            assert rep["pinned"] == [True, True, False]
+        else:
+            assert "getPinnedMemoryAllocator" in rep["pinned"]
+        assert rep["all_to_all_uneven"] == [[float(10 * j + rank)] * (j + rank + 1) for j in range(world)]
     assert reports[0]["reduce_dst0"] == [float(sum(r + 1 for r in range(world)))] * 2
     assert reports[1]["recv"] == [0.0, 1.0, 2.0]
     assert reports[0]["gather"] == [[float(r)] for r in range(world)]
@@ -174,7 +202,7 @@ def _load_worker():
 
 
 def test_two_rank_ddp_matches_single_process_reference(two_ranks):
-    reports, params, _ = two_ranks
+    reports, params, *_ = two_ranks
     for rep in reports:
         assert rep["param_devices"] == ["npu"] and rep["grad_devices"] == ["npu"]
     for k in params[0]:
@@ -197,7 +225,7 @@ def test_two_rank_ddp_matches_single_process_reference(two_ranks):
 
 def test_two_rank_ddp_with_gradients_as_bucket_views_is_the_same_training(two_ranks):
     """Small buckets (several allreduces a step) and grads viewing them: bit-identical to the default DDP run."""
-    _, params, viewed = two_ranks
+    _, params, viewed, _ = two_ranks
     for rank in range(2):
         for k in params[rank]:
             assert torch.equal(viewed[rank][k], params[rank][k]), (rank, k)
@@ -213,3 +241,45 @@ def test_a_second_wait_does_not_copy_a_reduce_scatter_again(single_group):
     out.fill_(7.0)
     work.wait()
     assert out.cpu().tolist() == [7.0, 7.0]
+
+
+def test_two_rank_ddp_finding_unused_parameters_trains(two_ranks):
+    """find_unused_parameters=True (the Trainer's default under DDP) copies its used-parameter map through pinned
+    host memory in the first backward: it trains, and the used parameters end as in the default DDP run."""
+    _, params, _, found = two_ranks
+    if not PINNED:
+        pytest.skip("pinned host memory needs the emulator's C++ kernels, not loaded here")
+    for rank in range(2):
+        for k in params[rank]:
+            assert torch.equal(found[rank][k], params[rank][k]), (rank, k)
+
+
+def test_groups_take_torch_npu_hccl_options_as_mindspeed_builds_them(single_group):
+    """MindSpeed/Megatron: ``torch_npu._C._distributed_c10d.ProcessGroupHCCL.Options()`` with a ``hccl_config``
+    (a copy on read: updated by assignment, as torch_npu's binding allows), passed as ``pg_options``."""
+    import torch_npu
+    from torch_npu.utils.collect_env import get_cann_version  # noqa: F401  (imported at import time by MindSpeed)
+
+    options_cls = torch_npu._C._distributed_c10d.ProcessGroupHCCL.Options
+    assert hasattr(options_cls, "hccl_config")
+    options = options_cls()
+    config = options.hccl_config
+    config.update({"group_name": "dp"})
+    assert options.hccl_config == {}  # no in-place update
+    options.hccl_config = config
+    assert options.hccl_config == {"group_name": "dp"}
+    with pytest.raises(TypeError):
+        options.hccl_config = ["group_name"]
+    group = dist.new_group(ranks=[0], backend="hccl", pg_options=options)
+    t = torch.ones(2, device="npu")
+    dist.all_reduce(t, group=group)
+    assert t.cpu().tolist() == [1.0, 1.0]
+
+
+def test_gather_and_scatter_check_sizes_as_process_group_hccl(single_group):
+    """HCCL's gather and scatter compare shapes (c10d's assertTypeAndSizesMatch), with ProcessGroupHCCL's name."""
+    with pytest.raises(ValueError, match=r"ProcessGroupHCCL::gather: invalid tensor size at index 0 "
+                                         r"\(expected \(2, 3\), got \(6,\)\)"):
+        dist.gather(torch.ones(2, 3, device="npu"), [torch.empty(6, device="npu")], dst=0)
+    with pytest.raises(ValueError, match="ProcessGroupHCCL::scatter: invalid tensor size at index 0"):
+        dist.scatter(torch.empty(6, device="npu"), [torch.ones(2, 3, device="npu")], src=0)

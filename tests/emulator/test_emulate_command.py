@@ -138,3 +138,46 @@ def test_a_bad_collective_timeout_is_a_usage_error(tmp_path, capsys, value, says
         cli.main(["emulate", "--collective-timeout", value, str(script)])
     out = capsys.readouterr()
     assert exc.value.code == 2 and says in out.err and "ran" not in out.out
+
+
+ACCELERATE_SCRIPT = Path(__file__).parent / "scripts" / "accelerate_metrics.py"
+
+
+def test_accelerate_launch_on_two_emulated_npus_equals_two_cpu_ranks_and_reports_every_worker(tmp_path):
+    """`accelerate launch` by its name (its bin/ need not be on PATH), 2 processes on the emulated NPU (hccl):
+    DDP with find_unused_parameters, gather_for_metrics and pad_across_processes (flat-buffer all-gathers) give
+    the 2-rank CPU (gloo) run's numbers; the summary gathers both workers' reports."""
+    pytest.importorskip("accelerate")
+    from ascendify.emulator.ops import cfast
+
+    if os.environ.get(cfast.ENV, "1") == "0" or cfast.module(build_if_missing=False) is None:
+        pytest.skip("DDP's find_unused_parameters needs pinned host memory: the emulator's C++ kernels")
+    npu, cpu, summary = tmp_path / "npu.json", tmp_path / "cpu.json", tmp_path / "summary.json"
+    env = {"PATH": os.pathsep.join(p for p in os.environ.get("PATH", "").split(os.pathsep)
+                                   if not os.path.isfile(os.path.join(p, "accelerate")))}
+    r = _run(["emulate", "--json", str(summary), "--", "accelerate", "launch", "--num_processes", "2",
+              "--main_process_port", str(_free_port()), str(ACCELERATE_SCRIPT), str(npu)], tmp_path, env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    ref = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
+                          str(_free_port()), str(ACCELERATE_SCRIPT), str(cpu), "--cpu"], capture_output=True,
+                         text=True, cwd=tmp_path, env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=300)
+    assert ref.returncode == 0, ref.stderr[-3000:]
+    got, want = json.loads(npu.read_text()), json.loads(cpu.read_text())
+    assert (got["device"], got["backend"], got["world"]) == ("npu", "hccl", 2)
+    assert (want["device"], want["backend"]) == ("cpu", "gloo")
+    assert len(got["preds"]) == 7 and got["padded"] == [2, 2]  # 7 eval samples over 2 ranks: the padding dropped
+    for key in ("losses", "preds", "labels", "padded"):
+        assert got[key] == want[key], key
+    rep = json.loads(summary.read_text())
+    assert rep["workers"] == 2 and [w["rank"] for w in rep["ranks"]] == [0, 1]
+    assert all(w["exit_code"] == 0 and w["ops_run"] > 100 for w in rep["ranks"])
+    assert rep["ops_run"] == sum(w["ops_run"] for w in rep["ranks"])
+    assert "summary of 2 worker(s)" in r.stderr and "per worker" in r.stderr
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

@@ -35,12 +35,39 @@ def test_every_rule_has_a_source_and_a_known_kind():
     ids = [r["id"] for r in rules]
     assert len(ids) == len(set(ids))
     kinds = {"dtype", "reduce_op", "reduce_op_dtype", "collective", "collective_note", "contiguous", "alltoall",
-             "devices_per_node", "same_graph"}
+             "devices_per_node", "same_graph", "argument"}
     for r in rules:
         assert r["kind"] in kinds, r["id"]
         assert r["source"].startswith("https://"), r["id"]
         assert r["message"] and r["chips"] and "raised_by" in r, r["id"]
         hccl_rules.cann_matches(r.get("cann", "*"), "9.1.0")  # every range parses
+
+
+def test_argument_rules_compare_element_counts_as_torch_npu_does():
+    """ProcessGroupHCCL's argument checks (rows of kind "argument"): counts, not shapes; each a named check."""
+    for r in knowledge.load("hccl_rules")["rules"]:
+        if r["kind"] == "argument":
+            assert r["check"] in hccl_rules._ARGUMENT_CHECKS, r["id"]
+    check = hccl_rules.check_arguments
+    check("all_gather_into_tensor", output=torch.empty(12), input=torch.empty(2, 3), size=2)  # flat: fine
+    check("reduce_scatter_tensor", output=torch.empty(2, 3), input=torch.empty(4, 3), size=2)
+    check("all_gather", outputs=[torch.empty(1, 2), torch.empty(3)], input=torch.empty(2), size=2)  # AllGatherV
+    for op, args, message in (
+        ("all_gather_into_tensor", dict(output=torch.empty(11), input=torch.empty(2, 3)),
+         "output tensor size must be equal to world_size times input tensor size\nERR02001"),
+        ("all_gather_into_tensor", dict(output=torch.empty(12, dtype=torch.half), input=torch.empty(6)),
+         "output tensor must have the same type as input tensor"),
+        ("all_gather_into_tensor", dict(output=torch.empty(3, 4).t(), input=torch.empty(6)),
+         "Tensors must be contiguous\nERR02002"),
+        ("reduce_scatter_tensor", dict(output=torch.empty(3), input=torch.empty(7)),
+         "input tensor must be the same size as output size times world size"),
+        ("all_gather", dict(outputs=[torch.empty(2)] * 3, input=torch.empty(2)),
+         "Tensor list input to scatter/gather must match number of collective participants"),
+        ("reduce_scatter", dict(output=torch.empty(2), inputs=[torch.empty(2), torch.empty(2, 2)[:, 0]]),
+         "Tensors must be non-overlapping and dense"),
+    ):
+        with pytest.raises(RuntimeError, match=message):
+            check(op, size=2, **args)
 
 
 def test_chip_series_and_cann_order():

@@ -215,3 +215,57 @@ def test_ctrl_c_in_the_program_exits_130_without_the_launchers_frames(proj, caps
     assert lines[1].startswith('  File "interrupted.py", line 5, in <module>')  # the program's frame first
     assert "scriptrun.py" not in err and "runpy" not in err
     assert lines[-1] == "KeyboardInterrupt"
+
+
+# -- launchers, recognised by what they are ---------------------------------------------------------------------
+
+CONSOLE_SCRIPT = "#!{python}\nimport sys\nfrom {module} import main\nif __name__ == '__main__':\n" \
+                 "    sys.argv[0] = sys.argv[0].removesuffix('.exe')\n    sys.exit(main())\n"
+
+
+@pytest.fixture
+def bin_dir(proj, monkeypatch):
+    """A bin/ folder, not on PATH, with console scripts as pip writes them, under names that say nothing."""
+    b = proj / "venv-bin"
+    b.mkdir()
+    for name, module in (("launch-a", "torch.distributed.run"), ("launch-b", "accelerate.commands.accelerate_cli"),
+                         ("launch-c", "accelerate.commands.launch"), ("mytool", "json.tool")):
+        (b / name).write_text(CONSOLE_SCRIPT.format(python=sys.executable, module=module))
+        (b / name).chmod(0o755)
+    monkeypatch.setenv("PATH", "/nonexistent")  # bare names: the installed console scripts' entry points
+    return b
+
+
+def test_launchers_are_recognised_by_their_entry_point_not_their_name(proj, bin_dir):
+    p = Program.parse([str(bin_dir / "launch-a"), "--nproc-per-node", "2", "t.py", "x"])
+    assert (p.kind, p.path, p.args, p.torchrun_args) == ("torchrun", "t.py", ["x"], ["--nproc-per-node", "2",
+                                                                                      "t.py", "x"])
+    assert Program.parse(["python", str(bin_dir / "launch-a"), "t.py"]).kind == "torchrun"
+    a = Program.parse([str(bin_dir / "launch-b"), "launch", "--num_processes", "2", "t.py", "--lr", "1"])
+    assert (a.kind, a.path, a.args, a.launcher_args) == ("accelerate", "t.py", ["--lr", "1"],
+                                                          ["--num_processes", "2", "t.py", "--lr", "1"])
+    assert a.launches_workers and a.display() == "accelerate launch --num_processes 2 t.py --lr 1"
+    assert Program.parse([str(bin_dir / "launch-c"), "-m", "progpkg.train"]).module == "progpkg.train"
+    # "accelerate" by its name, although its bin/ is not on PATH: the installed console script
+    by_name = Program.parse(["accelerate", "launch", "--num_processes", "2", "t.py"])
+    assert (by_name.kind, by_name.path) == ("accelerate", "t.py")
+    assert Program.parse(["python", "-m", "accelerate.commands.launch", "t.py"]).kind == "accelerate"
+    # a console script that is no launcher is a plain script
+    other = Program.parse([str(bin_dir / "mytool"), "x"])
+    assert (other.kind, other.path, other.launches_workers) == ("script", str(bin_dir / "mytool"), False)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["accelerate", "config"], "accelerate config does not run a program"),
+    (["accelerate", "launch", "missing.py"], "no such script: missing.py"),
+    (["accelerate", "launch", "--no_python", "t.py"], "--no_python"),
+    (["accelerate", "launch", "--bogus", "t.py"], "unrecognized arguments: --bogus"),
+])
+def test_bad_launcher_lines(proj, bin_dir, argv, message):
+    with pytest.raises(ProgramError, match=message):
+        Program.parse(argv)
+
+
+def test_a_launcher_job_is_relaunched_not_run_in_process(proj, bin_dir):
+    with pytest.raises(ProgramError, match="starts worker processes"):
+        Program.parse(["accelerate", "launch", "t.py"]).run_in_process()

@@ -120,8 +120,9 @@ def _run_rewritten(path: str) -> None:
 
 
 def run_torchrun(prog: Program, child_flags: list[str]) -> int:
-    """Start each torchrun worker of ``prog`` as ``python -m ascendify run FLAGS SCRIPT ARGS``."""
-    return prog.relaunch_torchrun(["run", *child_flags], who="ascendify run")
+    """Start each worker of ``prog`` (torchrun, accelerate launch) as ``python -m ascendify run FLAGS SCRIPT
+    ARGS``."""
+    return prog.relaunch(["run", *child_flags], who="ascendify run")
 
 
 def scan_module(module: str) -> None:

@@ -223,9 +223,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, prog, conf: dict) -> int:
-    if prog.kind == "torchrun":
+    if prog.launches_workers:
         flags = _flags(args)
-        return prog.relaunch_torchrun(["dump", *flags, "--"], who="ascendify dump")
+        return prog.relaunch(["dump", *flags, "--"], who="ascendify dump")
     from ascendify.precision import run_dump
 
     if conf["overflow"]:

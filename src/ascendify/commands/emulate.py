@@ -22,8 +22,9 @@ examples:
   # fail where a real NPU would fall back to the CPU
   ascendify emulate --fidelity error -m mypkg.train
   ascendify emulate --json emu.json --memory 16G train.py
-  # every worker emulated (hccl over gloo)
+  # every worker emulated (hccl over gloo), one summary of them all
   ascendify emulate -- torchrun --nproc-per-node 2 train.py
+  ascendify emulate -- accelerate launch --num_processes 2 train.py
 
 Settings also come from the environment (ASCENDIFY_EMULATE_FIDELITY, _FLOAT64, _FP16_OVERFLOW, _MEMORY,
 _DEVICES, _CANN; TORCH_NPU_FALLBACK_CPU_DISABLE=1 means --fidelity error). Details: docs/emulator.md.
@@ -37,7 +38,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--memory", metavar="SIZE", help="emulated device memory, e.g. 16G (default 64G)")
     p.add_argument("--devices", type=int, metavar="N", help="number of emulated devices (default 8)")
     p.add_argument("--cann", metavar="VERSION", help="the CANN release whose HCCL rules hccl enforces (default 9.1.0)")
-    p.add_argument("--json", metavar="FILE", help="write the summary as JSON (rank N > 0: NAME.rankN.json)")
+    p.add_argument("--json", metavar="FILE", help="write the summary as JSON (a launcher job: every worker's, "
+                   "gathered)")
     p.add_argument("-q", "--quiet", action="store_true", help="no summary table at exit")
     p.add_argument("--no-check-collectives", dest="check_collectives", action="store_false",
                    help="do not compare the ranks' collectives (on by default: ranks out of step stop with one "
@@ -47,7 +49,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-m", dest="module_args", nargs=argparse.REMAINDER, metavar="MODULE ...",
                    help="run a library module as a script (like python -m); what follows are its arguments")
     p.add_argument("program", nargs=argparse.REMAINDER, metavar="PROGRAM",
-                   help="SCRIPT ARGS | python [OPTS] SCRIPT ARGS | python -m MODULE ARGS | torchrun [OPTS] SCRIPT ARGS")
+                   help="SCRIPT ARGS | python [OPTS] SCRIPT ARGS | python -m MODULE ARGS | torchrun [OPTS] SCRIPT ARGS | "
+                        "accelerate launch [OPTS] SCRIPT ARGS")
 
 
 def _seconds(text: str) -> float:
@@ -94,8 +97,8 @@ def run(args: argparse.Namespace) -> int:
     os.environ["ASCENDIFY_EMULATE"] = "npu"
     from ascendify.emulator import runner
 
-    if prog.kind == "torchrun":
-        return runner.run_torchrun(prog, json_path=args.json, quiet=args.quiet)
+    if prog.launches_workers:
+        return runner.run_workers(prog, json_path=args.json, quiet=args.quiet)
     from ascendify.commands import observe_if_asked
 
     return runner.run_emulated(prog, json_path=args.json, quiet=args.quiet, before_run=observe_if_asked)

@@ -66,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
     target = args.to or os.environ.get("ASCENDIFY_TARGET") or "auto"
     from ascendify.auto import launch
 
-    if prog.kind == "torchrun":
+    if prog.launches_workers:
         flags = ["--to", target] + (["--strict"] if args.strict else []) + (["--quiet"] if args.quiet else [])
         flags += [] if args.rewrite_checks else ["--no-rewrite-checks"]
         flags += ["--check-collectives"] if args.check_collectives else []

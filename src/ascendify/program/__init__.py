@@ -8,22 +8,31 @@ options, in any of these forms (a leading ``--`` is dropped)::
     python [OPTS] script.py ARGS            "python", "python3", "python3.11", a path to one, sys.executable
     python [OPTS] -m package.module ARGS
     torchrun [OPTS] script.py ARGS          also: python -m torch.distributed.run / torch.distributed.launch
+    accelerate launch [OPTS] script.py ARGS also: accelerate-launch, python -m accelerate.commands.launch
+
+Launchers are recognised by what they are, not by their name: a console script (``torchrun``, ``accelerate``, a
+path to one, ``$(which accelerate)``, ``python /venv/bin/torchrun``) whose entry point is torch.distributed.run's
+or accelerate's (:mod:`ascendify.program.launchers`); a bare name is looked up on ``PATH`` and among the installed
+console scripts, so ``accelerate launch ...`` works where the environment's ``bin/`` is not on ``PATH``.
 
 API (this module imports nothing heavy; torch only to read torchrun's options, and only when it is there)::
 
     from ascendify.program import Program, ProgramError, rank_result_path
 
     prog = Program.parse(argv)          # ProgramError (a ValueError) with a clear message for a bad line
-    prog.kind                           # "script" | "module" | "torchrun"
+    prog.kind                           # "script" | "module" | "torchrun" | "accelerate"
+    prog.launches_workers               # torchrun or accelerate launch: workers started by a launcher
     prog.path, prog.module              # the script (kind script; torchrun when it runs a script) / the module
     prog.args                           # the program's own arguments (torchrun: the worker script's)
     prog.python_opts                    # interpreter options given before the script, e.g. ["-u", "-W", "ignore"]
     prog.torchrun_args                  # torchrun: everything after "torchrun" (its options, script, args)
+    prog.launcher_args                  # accelerate: everything after "accelerate launch"
     prog.display()                      # one shell-quoted line, for reports
     prog.argv                           # sys.argv as the program will see it
     prog.run_in_process()               # run it here as __main__ (ascendify.program.scriptrun); returns its exit status
-    prog.relaunch_torchrun(["emulate", "-q", "--"], who="ascendify emulate")
-                                        # torchrun starting each worker as python -m ascendify emulate -q -- SCRIPT ARGS
+    prog.relaunch(["emulate", "-q", "--"], who="ascendify emulate")
+                                        # the launcher starting each worker as python -m ascendify emulate -q -- SCRIPT
+                                        # ARGS (relaunch_torchrun: the same, for torchrun jobs only)
     rank_result_path("out.json")        # out.json on rank 0 (or no distributed run), out.rank3.json on rank 3
 
 Interpreter options act on the running interpreter where they can: ``-u`` (unbuffered stdout/stderr), ``-W
@@ -42,15 +51,19 @@ import importlib.machinery
 import importlib.util
 import os
 import shlex
+import shutil
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+
+from ascendify.program import launchers
 
 __all__ = ["Program", "ProgramError", "rank_result_path", "current_rank", "is_rank_zero"]
 
 TORCHRUN_MODULES = ("torch.distributed.run", "torch.distributed.launch")
 _TORCHRUN_NAMES = ("torchrun", "torchrun.py")
-USAGE = "SCRIPT ARGS, -m MODULE ARGS, python [OPTS] SCRIPT ARGS, or torchrun [OPTS] SCRIPT ARGS"
+USAGE = ("SCRIPT ARGS, -m MODULE ARGS, python [OPTS] SCRIPT ARGS, torchrun [OPTS] SCRIPT ARGS or accelerate launch "
+         "[OPTS] SCRIPT ARGS")
 
 # interpreter options: flags (may be combined: -uB) and options taking a value (-W ignore, -Wignore)
 _PY_FLAGS = set("bBdEIOPqsSuvx")
@@ -65,12 +78,13 @@ class ProgramError(ValueError):
 
 @dataclass(frozen=True)
 class Program:
-    kind: str  # "script" | "module" | "torchrun"
+    kind: str  # "script" | "module" | "torchrun" | "accelerate"
     path: str | None = None
     module: str | None = None
     args: list[str] = field(default_factory=list)
     python_opts: list[str] = field(default_factory=list)
     torchrun_args: list[str] = field(default_factory=list)
+    launcher_args: list[str] = field(default_factory=list)
 
     # -- parsing -------------------------------------------------------------------------------------------------
 
@@ -94,11 +108,25 @@ class Program:
                 raise ProgramError("-m needs a module name: -m package.module ARGS")
             if module in TORCHRUN_MODULES:
                 return cls._torchrun(args, opts, check)
+            if launchers.LAUNCHERS.get(module) == "accelerate":
+                return cls._accelerate(args, module, opts, check)
             if check:
                 _check_module(module)
             return cls("module", module=module, args=list(args), python_opts=opts)
+        entry = None
+        if not head.startswith("-"):
+            entry = launchers.entry_module(head)  # a console script: torchrun, accelerate, or another one
+            kind = launchers.LAUNCHERS.get(entry) if entry else None
+            if kind == "torchrun":
+                return cls._torchrun(rest[1:], opts, check)
+            if kind == "accelerate":
+                return cls._accelerate(rest[1:], entry, opts, check)
         if os.path.basename(head) in _TORCHRUN_NAMES and not os.path.isfile(head):
             return cls._torchrun(rest[1:], opts, check)
+        if entry and not os.path.exists(head) and os.sep not in head:  # another console script, by its name
+            found = shutil.which(head)
+            if found:
+                head = found
         if head.startswith("-") and not os.path.exists(head):
             raise ProgramError(f"{head}: not a script and not an option ascendify knows here: give {USAGE}")
         if check:
@@ -125,7 +153,34 @@ class Program:
                 _check_module(module)
         return cls("torchrun", path=path, module=module, args=args, python_opts=opts, torchrun_args=list(targs))
 
+    @classmethod
+    def _accelerate(cls, tokens: list[str], module: str | None, opts: list[str], check: bool) -> Program:
+        try:
+            largs = launchers.accelerate_line(list(tokens), module)
+            parsed = launchers.parse_accelerate(largs)
+        except ValueError as e:
+            raise ProgramError(str(e)) from None
+        if parsed.no_python:
+            raise ProgramError("accelerate launch --no_python runs a program that is not Python: it cannot run "
+                               "under ascendify")
+        path = module_name = None
+        if parsed.module:
+            module_name = parsed.training_script
+        else:
+            path = parsed.training_script
+        if check and path is not None:
+            _check_script(path)
+        if check and module_name is not None:
+            _check_module(module_name)
+        return cls("accelerate", path=path, module=module_name, args=list(parsed.training_script_args),
+                   python_opts=opts, launcher_args=largs)
+
     # -- describing ----------------------------------------------------------------------------------------------
+
+    @property
+    def launches_workers(self) -> bool:
+        """True for a launcher job (torchrun, accelerate launch): it starts the program in worker processes."""
+        return self.kind in ("torchrun", "accelerate")
 
     @property
     def argv(self) -> list[str]:
@@ -136,6 +191,8 @@ class Program:
         """One shell-quoted line: ``python -u train.py --lr 1``, ``python -m pkg.train``, ``torchrun ...``."""
         if self.kind == "torchrun":
             return shlex.join(["torchrun", *self.torchrun_args])
+        if self.kind == "accelerate":
+            return shlex.join(["accelerate", "launch", *self.launcher_args])
         target = [self.path] if self.kind == "script" else ["-m", str(self.module)]
         return shlex.join(["python", *self.python_opts, *target, *self.args])
 
@@ -149,8 +206,8 @@ class Program:
         Interpreter options are applied for the run and undone afterwards."""
         from ascendify.program.scriptrun import run_as_main
 
-        if self.kind == "torchrun":
-            raise ProgramError("a torchrun job starts worker processes: use relaunch_torchrun()")
+        if self.launches_workers:
+            raise ProgramError(f"a {self.kind} job starts worker processes: use relaunch() (relaunch_torchrun())")
         undo = _apply_python_options(self.python_opts)
         try:
             return run_as_main(self.path, self.module, list(self.args), run_script=run_script,
@@ -167,6 +224,13 @@ class Program:
         if self.kind != "torchrun":
             raise ProgramError(f"{self.display()} is not a torchrun job")
         return relaunch_torchrun(list(self.torchrun_args), list(ascendify_args), who=who)
+
+    def relaunch(self, ascendify_args: list[str], *, who: str) -> int:
+        """Run this launcher job (torchrun or accelerate launch) here, starting each worker as ``python -m
+        ascendify ASCENDIFY_ARGS SCRIPT ARGS``; returns the launcher's exit status."""
+        if self.kind == "accelerate":
+            return launchers.relaunch_accelerate(list(self.launcher_args), list(ascendify_args), who=who)
+        return self.relaunch_torchrun(ascendify_args, who=who)
 
 
 # -- per-rank result files -----------------------------------------------------------------------------------------

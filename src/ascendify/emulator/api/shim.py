@@ -11,9 +11,11 @@ shim provides what torch_npu code needs to import and run on the emulated device
 - ``torch_npu.utils`` and ``torch_npu.distributed`` names that make sense on the CPU, and the utility layer
   tools and checkpoints touch (``get_npu_format``, ``Format``, ``torch_npu.utils.storage._rebuild_npu_tensor``:
   :mod:`ascendify.emulator.api.tooling`);
-- the fused operators that :mod:`ascendify.emulator.fused` emulates (``npu_fusion_attention``, ``npu_rms_norm``...).
+- the fused operators that :mod:`ascendify.emulator.fused` emulates (``npu_fusion_attention``, ``npu_rms_norm``...);
+- ``torch_npu.profiler`` and ``torch_npu.npu.mstx`` (:mod:`ascendify.emulator.api.profiler`): the Ascend
+  PyTorch Profiler's API, writing its output folder from torch's profiler over the host ops.
 
-Any other torch_npu name (other custom ``npu_*`` ops, the profiler, CANN queries) raises
+Any other torch_npu name (other custom ``npu_*`` ops, the profiler's raw-data analysis, CANN queries) raises
 :class:`~ascendify.emulator.errors.NotEmulatedError` (an ``ImportError`` for a submodule) that names it.
 """
 
@@ -33,7 +35,7 @@ from ascendify.emulator.errors import NotEmulatedError
 
 _PROVIDED = ("torch_npu", "torch_npu.npu", "torch_npu.contrib", "torch_npu.contrib.transfer_to_npu",
              "torch_npu.optim", "torch_npu.utils", "torch_npu.utils.storage", "torch_npu.utils.serialization",
-             "torch_npu.distributed")
+             "torch_npu.distributed", "torch_npu.profiler", "torch_npu.utils.collect_env")
 
 
 def _known(dotted: str) -> bool:
@@ -107,6 +109,12 @@ def _get_cann_version(module="CANN"):
     )
 
 
+def _process_group_hccl():
+    from ascendify.emulator.distributed.hccl import EmulatedHcclProcessGroup
+
+    return EmulatedHcclProcessGroup
+
+
 def _is_hccl_available() -> bool:
     import torch.distributed as dist
 
@@ -162,7 +170,9 @@ def _build(name: str) -> types.ModuleType:
             # a real package has one; tools derive paths from it (DeepSpeed's NPU op builder: its lib folder)
             "__file__": __file__,
             "npu": torch.npu,
-            "_C": types.SimpleNamespace(),
+            # torch_npu._C._distributed_c10d.ProcessGroupHCCL(.Options): MindSpeed/Megatron build group options
+            "_C": types.SimpleNamespace(_distributed_c10d=types.SimpleNamespace(
+                ProcessGroupHCCL=_process_group_hccl())),
             "get_npu_format": tooling.get_npu_format,
             "Format": tooling.Format,
             **_dtype_codes(),
@@ -178,6 +188,9 @@ def _build(name: str) -> types.ModuleType:
         return _module(name, "torch_npu.optim, emulated: NpuFused* map to torch.optim.", _optim(), package=True)
     if name == "torch_npu.utils":
         return _module(name, "torch_npu.utils, emulated.", {"get_cann_version": _get_cann_version}, package=True)
+    if name == "torch_npu.utils.collect_env":  # MindSpeed imports get_cann_version from here at import time
+        return _module(name, "torch_npu.utils.collect_env, emulated: get_cann_version (no CANN: it raises).",
+                       {"get_cann_version": _get_cann_version})
     if name == "torch_npu.utils.storage":
         return _module(name, "torch_npu.utils.storage, emulated: the checkpoint rebuild function.",
                        tooling.storage_attrs())
@@ -189,6 +202,12 @@ def _build(name: str) -> types.ModuleType:
             "is_hccl_available": _is_hccl_available,
             "is_available": lambda: torch.distributed.is_available(),
         }, package=True)
+    if name == "torch_npu.profiler":
+        from ascendify.emulator.api import profiler
+
+        return _module(name, "torch_npu.profiler, emulated: torch's profiler over the host ops, written in the Ascend "
+                       "PyTorch Profiler's layout (ascendify.emulator.api.profiler).", profiler.module_attrs(),
+                       package=True)
     raise AssertionError(name)
 
 
@@ -206,7 +225,7 @@ class _Loader(importlib.abc.Loader):
 
 # what ``import torch_npu`` imports along, as the real package does (msprobe reads
 # ``torch_npu.utils.storage._rebuild_npu_tensor`` after a bare ``import torch_npu``)
-_LOADED_WITH = {"torch_npu": ("torch_npu.utils",),
+_LOADED_WITH = {"torch_npu": ("torch_npu.utils", "torch_npu.profiler"),
                 "torch_npu.utils": ("torch_npu.utils.storage", "torch_npu.utils.serialization")}
 
 

@@ -15,6 +15,9 @@ VERIFIED_TORCH = ("2.13.0",)
 UNVERIFIED_ENV = "ASCENDIFY_EMULATE_UNVERIFIED_TORCH"
 
 _libs: list = []  # keep the torch.library registrations alive
+# True when pinned host memory is real (the C++ hooks, ops/cfast.cpp): pin_memory=True allocates, is_pinned() is
+# True, as on an NPU; without the C++ kernels pinning stays a no-op (device/patches.py)
+pinned_memory = [False]
 
 
 def torch_release() -> str:
@@ -95,18 +98,23 @@ def install() -> int:
     torch.utils.generate_methods_for_privateuse1_backend(for_tensor=True, for_module=True, for_storage=True)
     hooks, guard = _hooks_and_guard()
     _libs.extend((hooks, guard))
-    torch._C._acc.register_python_privateuseone_hook(hooks)
+    from ascendify.emulator.ops import cfast
+
+    fast = cfast.module()
+    if fast is not None and hasattr(fast, "register_hooks"):
+        fast.register_hooks(hooks)  # the same answers, plus pinned host memory (Python hooks have no allocator)
+        pinned_memory[0] = True
+    else:
+        torch._C._acc.register_python_privateuseone_hook(hooks)
     torch._C._acc.register_python_privateuseone_device_guard(guard)
     fallback_lib = torch.library.Library("_", "IMPL")
     aten_lib = torch.library.Library("aten", "IMPL")
     _libs.extend((fallback_lib, aten_lib))
-    from ascendify.emulator.ops import cfast
-
     cfast.attach()
     n = kernels.register((fallback_lib, aten_lib))
     layouts.register(_libs)
     autograd_engine.install()
-    patches.install()
+    patches.install(real_pinned_memory=pinned_memory[0])
     unsupported.install()
     accelerator.install()
     cuda_hint.install()

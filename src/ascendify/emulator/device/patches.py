@@ -1,8 +1,10 @@
 """Host-memory paths with no meaning on the emulated device.
 
-Pinned (page-locked) host memory needs an accelerator allocator that a Python backend cannot provide. On the
-emulator the device *is* host memory, so pinning is a no-op: ``Tensor.pin_memory()`` returns the tensor and
-``Tensor.is_pinned()`` answers False; DataLoader's ``pin_memory=True`` then works unchanged.
+Pinned (page-locked) host memory needs an accelerator allocator that Python hooks cannot provide: the C++
+hooks (``ops/cfast.cpp``) provide it, so ``torch.empty(..., pin_memory=True)``, ``Tensor.pin_memory()`` and DDP's
+pinned copies work and ``is_pinned()`` is True, as on an NPU. Without the C++ kernels (no compiler) pinning is a
+no-op: ``Tensor.pin_memory()`` returns the tensor, ``Tensor.is_pinned()`` answers False (DataLoader's
+``pin_memory=True`` works unchanged; ``pin_memory=True`` in a factory raises torch's error).
 
 ``Tensor.record_stream`` accepts the emulated ``torch.npu.Stream`` (a no-op: work is synchronous).
 
@@ -24,8 +26,9 @@ _patches = runtime.patches
 _installed: list[bool] = []
 
 
-def install() -> None:
-    """Install every patch of this module (once), through the emulator's :class:`~ascendify.core.patching.Patches`."""
+def install(real_pinned_memory: bool = False) -> None:
+    """Install every patch of this module (once), through the emulator's :class:`~ascendify.core.patching.Patches`.
+    ``real_pinned_memory``: the C++ hooks serve pinned host memory (no pinning no-op then)."""
     if _installed:
         return
     _installed.append(True)
@@ -63,8 +66,9 @@ def install() -> None:
     from ascendify.emulator.api import legacy_types as legacy
 
     legacy.install(_patches)
-    _patches.set(torch.Tensor, "pin_memory", light_wraps(pin_memory, orig_pin))
-    _patches.set(torch.Tensor, "is_pinned", light_wraps(is_pinned, orig_is_pinned))
+    if not real_pinned_memory:
+        _patches.set(torch.Tensor, "pin_memory", light_wraps(pin_memory, orig_pin))
+        _patches.set(torch.Tensor, "is_pinned", light_wraps(is_pinned, orig_is_pinned))
 
 
 def _patch_storage_new() -> None:

@@ -51,19 +51,20 @@ CONTEXT = 3  # calls shown before the first difference
 
 # the emulated group's method -> (the name users know, which arguments hold tensors that must agree across
 # ranks: "all", "first" (the rank's own tensor of gather: its inputs; of scatter: its outputs), "dtype" (only
-# the dtype must agree: all_to_all's splits differ), "none")
+# the dtype must agree: all_to_all's splits differ), "outputs" / "inputs" (the list of every rank's parts: HCCL
+# gathers and scatters uneven parts, so each rank's own part may differ), "none")
 METHODS = {
     "allreduce": ("all_reduce", "all"),
     "allreduce_coalesced": ("all_reduce_coalesced", "all"),
     "broadcast": ("broadcast", "all"),
     "reduce": ("reduce", "all"),
-    "allgather": ("all_gather", "all"),
+    "allgather": ("all_gather", "outputs"),
     "allgather_coalesced": ("all_gather_coalesced", "all"),
     "all_gather_single": ("all_gather_into_tensor", "all"),
     "_allgather_base": ("all_gather_into_tensor", "all"),
     "all_gather_single_coalesced": ("all_gather_into_tensor_coalesced", "all"),
     "allgather_into_tensor_coalesced": ("all_gather_into_tensor_coalesced", "all"),
-    "reduce_scatter": ("reduce_scatter", "all"),
+    "reduce_scatter": ("reduce_scatter", "inputs"),
     "reduce_scatter_single": ("reduce_scatter_tensor", "all"),
     "_reduce_scatter_base": ("reduce_scatter_tensor", "all"),
     "reduce_scatter_tensor_coalesced": ("reduce_scatter_tensor_coalesced", "all"),
@@ -138,6 +139,9 @@ def fingerprint(op: str, agree: str, args) -> tuple[str, str]:
     elif agree == "scatter":
         must = []
         _tensors(args[0] if args else (), must)
+    elif agree in ("outputs", "inputs"):  # all_gather(outputs, inputs), reduce_scatter(outputs, inputs)
+        must = []
+        _tensors(args[0 if agree == "outputs" else 1] if len(args) > 1 else (), must)
     elif agree == "all":
         must = tensors
     else:
@@ -586,8 +590,8 @@ def _group_name(pg) -> str:
 # -- any backend: torch.distributed's functions (ascendify run --check-collectives) ------------------------
 
 FUNCTIONS = {
-    "all_reduce": "all", "broadcast": "all", "reduce": "all", "all_gather": "all",
-    "all_gather_into_tensor": "all", "reduce_scatter": "all", "reduce_scatter_tensor": "all",
+    "all_reduce": "all", "broadcast": "all", "reduce": "all", "all_gather": "outputs",
+    "all_gather_into_tensor": "all", "reduce_scatter": "inputs", "reduce_scatter_tensor": "all",
     "all_to_all_single": "dtype", "all_to_all": "dtype", "gather": "gather_fn", "scatter": "scatter_fn",
     "barrier": "none",
 }

@@ -39,8 +39,8 @@ from ascendify.emulator.distributed import hccl_rules
 BACKEND = "hccl"
 DEVICE = "npu"
 
-__all__ = ["BACKEND", "EmulatedHcclProcessGroup", "group_by_comm_name", "install", "is_hccl_available",
-           "is_installed"]
+__all__ = ["BACKEND", "EmulatedHcclProcessGroup", "HcclOptions", "group_by_comm_name", "install",
+           "is_hccl_available", "is_installed"]
 
 
 def is_hccl_available() -> bool:
@@ -79,6 +79,35 @@ def _check(op: str, tensors) -> None:
 
 def _cpu_alias_all(tensors):
     return [_cpu_alias(t) for t in tensors]
+
+
+def _on_npu(tensors) -> bool:
+    """True when the call is an ``npu`` one (HCCL's rules), not a CPU call on a ``cpu:gloo,npu:hccl`` group."""
+    return any(isinstance(t, torch.Tensor) and t.device.type == DEVICE for t in tensors)
+
+
+def _sizes_match(fn: str, tensors, like: torch.Tensor) -> None:
+    """c10d's ``assertTypeAndSizesMatch``, which ProcessGroupHCCL's gather and scatter call, with its messages."""
+    for i, t in enumerate(tensors):
+        if t.dtype != like.dtype:
+            raise ValueError(f"ProcessGroupHCCL::{fn}: invalid tensor type at index {i} (expected {like.dtype}, got "
+                             f"{t.dtype})")
+        if t.shape != like.shape:
+            raise ValueError(f"ProcessGroupHCCL::{fn}: invalid tensor size at index {i} (expected "
+                             f"{tuple(like.shape)}, got {tuple(t.shape)})")
+
+
+def _flat(t: torch.Tensor) -> torch.Tensor:
+    """A 1-D view of ``t``'s memory in memory order: what HCCL hands its kernels (a pointer and a count).
+
+    gloo's ``*_base`` collectives chunk along dim 0 and compare shapes; HCCL compares element counts only, so
+    the emulated group gives gloo flat views of the same memory. A tensor that is not dense (HCCL refuses it:
+    ``hccl_rules.check_arguments``) is passed on as it is."""
+    if t.is_contiguous():
+        return t.reshape(-1)
+    if hccl_rules.non_overlapping_and_dense(t):  # channels_last and other permuted layouts: one block of memory
+        return t.as_strided((t.numel(),), (1,))
+    return t
 
 
 def _work(inner, result, after=None):
@@ -173,8 +202,36 @@ def _divider(tensors, size):
     return after
 
 
+class HcclOptions:
+    """``torch_npu._C._distributed_c10d.ProcessGroupHCCL.Options``: what ``new_group(pg_options=...)`` takes for
+    HCCL. MindSpeed and Megatron build one per group (``hccl_config`` with ``group_name``, buffer sizes...); the
+    emulated group accepts it and ignores its HCCL tuning, as it ignores ``pg_options`` generally."""
+
+    def __init__(self, is_high_priority_stream: bool = False):
+        self.is_high_priority_stream = is_high_priority_stream
+        self.global_ranks_in_group: list[int] = []
+        self.group_id = ""
+        self._timeout = datetime.timedelta(seconds=1800)
+        self._hccl_config: dict = {}
+
+    @property
+    def hccl_config(self) -> dict:
+        return dict(self._hccl_config)  # a copy, as torch_npu's binding returns (no in-place update)
+
+    @hccl_config.setter
+    def hccl_config(self, value: dict) -> None:
+        if not isinstance(value, dict):
+            raise TypeError(f"hccl_config must be a dict, not {type(value).__name__}")
+        self._hccl_config = dict(value)
+
+    def __repr__(self) -> str:
+        return f"ProcessGroupHCCL.Options(hccl_config={self._hccl_config!r})"
+
+
 class EmulatedHcclProcessGroup(dist.ProcessGroup):
     """A process group named ``hccl`` whose collectives run gloo on CPU aliases of ``npu`` tensors."""
+
+    Options = HcclOptions  # torch_npu: ProcessGroupHCCL.Options
 
     def __init__(self, store, rank: int, size: int, timeout: datetime.timedelta):
         super().__init__(rank, size)
@@ -272,7 +329,26 @@ class EmulatedHcclProcessGroup(dist.ProcessGroup):
     def allgather(self, output_lists, inputs, opts=None):
         opts = opts if opts is not None else dist.AllgatherOptions()
         outs, ins = self._gloo_args("all_gather", output_lists, inputs)
-        return _work(self._gloo.allgather(outs, ins, opts), output_lists)
+        if not _on_npu(inputs):
+            return _work(self._gloo.allgather(outs, ins, opts), output_lists)
+        hccl_rules.check_arguments("all_gather", outputs=output_lists[-1], input=inputs[0], size=self._size)
+        if all(o.numel() == inputs[0].numel() for o in output_lists[-1]):  # HcclAllGather: counts, not shapes
+            return _work(self._gloo.allgather([[_flat(o) for o in outs[-1]]], [_flat(ins[0])], opts), output_lists)
+        return self._allgather_v(output_lists[-1], outs[-1], ins[0], opts)  # HcclAllGatherV: uneven parts
+
+    def _allgather_v(self, outputs, outs, inp, opts):
+        """Uneven parts (torch_npu's ``HcclAllGatherV``: rank j sends ``outputs[j].numel()`` elements): gloo
+        gathers each rank's part padded to the largest, and the parts are copied out once they have landed."""
+        most = max(o.numel() for o in outs)
+        send = torch.zeros(most, dtype=inp.dtype)
+        send[: inp.numel()] = inp.reshape(-1)
+        recv = [torch.empty(most, dtype=inp.dtype) for _ in outs]
+
+        def after():
+            for o, r in zip(outs, recv, strict=True):
+                o.copy_(r[: o.numel()].view(o.shape))
+
+        return _work(self._gloo.allgather([recv], [send], opts), [outputs], after)
 
     def allgather_coalesced(self, output_lists, inputs, opts=None):
         opts = opts if opts is not None else dist.AllgatherOptions()
@@ -282,6 +358,9 @@ class EmulatedHcclProcessGroup(dist.ProcessGroup):
     def all_gather_single(self, output, input, opts=None):
         opts = opts if opts is not None else dist.AllgatherOptions()
         (out,), (inp,) = self._gloo_args("all_gather_into_tensor", [output], [input])
+        if _on_npu([input]):  # HCCL checks the element counts only (accelerate passes a flat output)
+            hccl_rules.check_arguments("all_gather_into_tensor", output=output, input=input, size=self._size)
+            out, inp = _flat(out), _flat(inp)
         return _work(self._gloo._allgather_base(out, inp, opts), [output])
 
     _allgather_base = all_gather_single  # the pre-2.10 name
@@ -290,6 +369,10 @@ class EmulatedHcclProcessGroup(dist.ProcessGroup):
         # gloo has no coalesced all-gather into tensors (DTensor and funcol's *_coalesced use it): one each
         opts = opts if opts is not None else dist.AllgatherOptions()
         outs, ins = self._gloo_args("all_gather_into_tensor", outputs, inputs)
+        if _on_npu(inputs):
+            for o, i in zip(outputs, inputs, strict=True):
+                hccl_rules.check_arguments("all_gather_into_tensor", output=o, input=i, size=self._size)
+            outs, ins = [_flat(o) for o in outs], [_flat(i) for i in ins]
         return _work_all([self._gloo._allgather_base(o, i, opts) for o, i in zip(outs, ins, strict=True)], outputs)
 
     allgather_into_tensor_coalesced = all_gather_single_coalesced
@@ -297,6 +380,10 @@ class EmulatedHcclProcessGroup(dist.ProcessGroup):
     def reduce_scatter_single_coalesced(self, outputs, inputs, opts=None):
         opts = opts if opts is not None else dist.ReduceScatterOptions()
         outs, ins = self._gloo_args("reduce_scatter_tensor", outputs, inputs, opts=opts)
+        if _on_npu(inputs):
+            for o, i in zip(outputs, inputs, strict=True):
+                hccl_rules.check_arguments("reduce_scatter_tensor", output=o, input=i, size=self._size)
+            outs, ins = [_flat(o) for o in outs], [_flat(i) for i in ins]
         avg = _reduce_opts_avg(opts)
         works = [self._gloo._reduce_scatter_base(o, i, opts) for o, i in zip(outs, ins, strict=True)]
         return _work_all(works, outputs, _divider(outputs, self._size) if avg else None)
@@ -307,12 +394,35 @@ class EmulatedHcclProcessGroup(dist.ProcessGroup):
         opts = opts if opts is not None else dist.ReduceScatterOptions()
         outs, ins = self._gloo_args("reduce_scatter", outputs, input_lists, opts=opts)
         avg = _reduce_opts_avg(opts)
-        work = self._gloo.reduce_scatter(outs, ins, opts)
-        return _work(work, outputs, _divider(outputs, self._size) if avg else None)
+        divide = _divider(outputs, self._size) if avg else None
+        if not _on_npu(outputs):
+            return _work(self._gloo.reduce_scatter(outs, ins, opts), outputs, divide)
+        hccl_rules.check_arguments("reduce_scatter", output=outputs[0], inputs=input_lists[-1], size=self._size)
+        if all(i.numel() == outputs[0].numel() for i in input_lists[-1]):  # HcclReduceScatter: counts only
+            work = self._gloo.reduce_scatter([_flat(outs[0])], [[_flat(i) for i in ins[-1]]], opts)
+            return _work(work, outputs, divide)
+        # uneven parts (torch_npu's HcclReduceScatterV: rank j gets inputs[j].numel() elements): padded to the
+        # largest part, reduced and scattered by gloo, this rank's part copied out
+        most = max(i.numel() for i in ins[-1])
+        send = torch.zeros(len(ins[-1]) * most, dtype=outs[0].dtype)
+        for j, i in enumerate(ins[-1]):
+            send[j * most: j * most + i.numel()] = i.reshape(-1)
+        recv = torch.empty(most, dtype=outs[0].dtype)
+        out = outs[0]
+
+        def after():
+            out.copy_(recv[: out.numel()].view(out.shape))
+            if divide is not None:
+                divide()
+
+        return _work(self._gloo._reduce_scatter_base(recv, send, opts), outputs, after)
 
     def reduce_scatter_single(self, output, input, opts=None):
         opts = opts if opts is not None else dist.ReduceScatterOptions()
         (out,), (inp,) = self._gloo_args("reduce_scatter_tensor", [output], [input], opts=opts)
+        if _on_npu([input]):  # HCCL checks the element counts only (accelerate passes flat buffers)
+            hccl_rules.check_arguments("reduce_scatter_tensor", output=output, input=input, size=self._size)
+            out, inp = _flat(out), _flat(inp)
         avg = _reduce_opts_avg(opts)
         work = self._gloo._reduce_scatter_base(out, inp, opts)
         return _work(work, [output], _divider([output], self._size) if avg else None)
@@ -322,6 +432,8 @@ class EmulatedHcclProcessGroup(dist.ProcessGroup):
     def gather(self, output_lists, inputs, opts=None):
         opts = opts if opts is not None else dist.GatherOptions()
         outs, ins = self._gloo_args("gather", output_lists, inputs)
+        if _on_npu(inputs) and output_lists:
+            _sizes_match("gather", output_lists[0], inputs[0])
         if self._rank == opts.rootRank and not all(t.device.type == "cpu" for t in inputs):
             hccl_rules.check_gather()  # torch_npu runs dist.gather as an all_gather, with a warning
         return _work(self._gloo.gather(outs, ins, opts), output_lists)
@@ -329,7 +441,29 @@ class EmulatedHcclProcessGroup(dist.ProcessGroup):
     def scatter(self, outputs, input_lists, opts=None):
         opts = opts if opts is not None else dist.ScatterOptions()
         outs, ins = self._gloo_args("scatter", outputs, input_lists)
+        if _on_npu(outputs) and input_lists:
+            _sizes_match("scatter", input_lists[0], outputs[0])
         return _work(self._gloo.scatter(outs, ins, opts), outputs)
+
+    def alltoall(self, outputs, inputs, opts=None):
+        """``dist.all_to_all`` (lists): HCCL takes parts of any size (HcclAlltoAllV); gloo has no list all-to-all,
+        so the parts travel as one flat all-to-all with split sizes, and are copied out once they have landed."""
+        opts = opts if opts is not None else dist.AllToAllOptions()
+        if len(outputs) != self._size:
+            raise RuntimeError("the size of output_tensors and worldsize must equal\nERR02001 DIST invalid parameter")
+        if len(outputs) != len(inputs):
+            raise RuntimeError("the size of input_tensors and output_tensors must equal\nERR02001 DIST invalid "
+                               "parameter")
+        outs, ins = self._gloo_args("all_to_all", outputs, inputs, splits=True)
+        send = torch.cat([i.reshape(-1) for i in ins]) if ins else torch.empty(0)
+        recv = torch.empty(sum(o.numel() for o in outs), dtype=send.dtype)
+        out_splits, in_splits = [o.numel() for o in outs], [i.numel() for i in ins]
+
+        def after():
+            for o, part in zip(outs, torch.split(recv, out_splits), strict=True):
+                o.copy_(part.view(o.shape))
+
+        return _work(self._gloo.alltoall_base(recv, send, out_splits, in_splits, opts), outputs, after)
 
     def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts=None):
         opts = opts if opts is not None else dist.AllToAllOptions()

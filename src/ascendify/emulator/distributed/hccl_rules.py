@@ -194,3 +194,60 @@ def check_ranks_per_node(local_world_size: int) -> None:
         allowed = rule.get("allowed_counts")
         if (allowed and local_world_size not in allowed) or local_world_size > rule.get("max", 1 << 30):
             _violation(rule, rule["message"].format(count=local_world_size))
+
+
+def non_overlapping_and_dense(t: torch.Tensor) -> bool:
+    """ATen's ``is_non_overlapping_and_dense``: the elements fill one block of memory in some dimension order.
+
+    >>> x = torch.empty(2, 3, 4)
+    >>> [non_overlapping_and_dense(v) for v in (x, x.permute(2, 0, 1), x[:, 1:], x.expand(2, 2, 3, 4)[0])]
+    [True, True, False, True]
+    """
+    if t.is_contiguous():
+        return True
+    dims = sorted(range(t.dim()), key=lambda d: (t.stride(d), t.size(d)), reverse=True)
+    return t.permute(dims).is_contiguous()
+
+
+def _dense(t) -> bool:
+    """torch_npu's ``is_contiguous(suggest_memory_format())``: contiguous, or channels-last contiguous."""
+    return t.is_contiguous() or (t.dim() == 4 and t.is_contiguous(memory_format=torch.channels_last)) or (
+        t.dim() == 5 and t.is_contiguous(memory_format=torch.channels_last_3d))
+
+
+# the argument checks of torch_npu's ProcessGroupHCCL (rows of kind "argument"): True when the call passes
+_ARGUMENT_CHECKS = {
+    "same_dtype": lambda a: a["output"].dtype == a["input"].dtype,
+    "output_is_size_times_input": lambda a: a["output"].numel() == a["input"].numel() * a["size"],
+    "input_is_size_times_output": lambda a: a["input"].numel() == a["output"].numel() * a["size"],
+    "contiguous": lambda a: _dense(a["output"]) and _dense(a["input"]),
+    "input_contiguous": lambda a: _dense(a["input"]),
+    "list_is_group_size": lambda a: len(a["outputs"]) == a["size"],
+    "list_same_dtype": lambda a: len({t.dtype for t in a.get("outputs", a.get("inputs", ()))}) <= 1,
+    "list_dense": lambda a: all(non_overlapping_and_dense(t) for t in a.get("outputs", a.get("inputs", ()))),
+}
+
+
+@functools.cache
+def _argument_rules(op: str) -> tuple[dict, ...]:
+    return tuple(r for r in _table() if r["kind"] == "argument" and _applies(r, op))
+
+
+def check_arguments(op: str, **args) -> None:
+    """torch_npu's argument checks of one collective (``op``: ``all_gather_into_tensor``, ``reduce_scatter_tensor``,
+    ``all_gather``, ``reduce_scatter``), whatever the fidelity setting: a call that fails one cannot run, on an
+    NPU as here. ``args``: ``output``/``input`` (single tensors), ``outputs``/``inputs`` (lists), ``size`` (the
+    group's). HCCL compares element counts, not shapes: a flat buffer of the right size passes.
+
+    >>> import torch
+    >>> check_arguments("all_gather_into_tensor", output=torch.empty(8), input=torch.empty(2, 2), size=2)
+    >>> check_arguments("all_gather_into_tensor", output=torch.empty(6), input=torch.empty(2, 2), size=2)
+    ... # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    RuntimeError: output tensor size must be equal to world_size times input tensor size...
+    """
+    for rule in _argument_rules(op):
+        if not _ARGUMENT_CHECKS[rule["check"]](args):
+            fn = rule["source"].rsplit("(", 1)[-1].rstrip(")")
+            raise RuntimeError(f"{rule['message']}\n{rule['code']} [emulator: torch_npu's check '{rule['id']}'; "
+                               f"ProcessGroupHCCL.cpp: {fn}]")

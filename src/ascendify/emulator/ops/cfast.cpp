@@ -16,7 +16,13 @@
 #include <torch/library.h>
 #include <torch/csrc/jit/python/pybind_utils.h>
 
+#include <ATen/detail/PrivateUse1HooksInterface.h>
+#include <c10/core/impl/alloc_cpu.h>
+
 #include <atomic>
+#include <cstring>
+#include <map>
+#include <mutex>
 #include <optional>
 #include <memory>
 #include <string>
@@ -308,6 +314,76 @@ void install_guard() {
   c10::impl::DeviceGuardImplRegistrar(c10::DeviceType::PrivateUse1, &guard);
 }
 
+// Pinned (page-locked) host memory, as torch_npu's host allocator gives it: `torch.empty(..., pin_memory=True)`,
+// `Tensor.pin_memory()`, DDP's pinned copy of its used-parameter map (find_unused_parameters=True). The emulated
+// device is host memory, so the blocks are ordinary CPU memory; they are remembered, so that `is_pinned()`
+// answers True for them (and for views into them) and False for every other CPU tensor, as on an NPU.
+std::mutex g_pinned_mu;
+std::map<uintptr_t, size_t> g_pinned;  // block start -> size
+
+void pinned_free(void* p) {
+  {
+    std::lock_guard<std::mutex> lock(g_pinned_mu);
+    g_pinned.erase(reinterpret_cast<uintptr_t>(p));
+  }
+  c10::free_cpu(p);
+}
+
+struct PinnedAllocator final : c10::Allocator {
+  c10::DataPtr allocate(size_t n) override {
+    void* p = n ? c10::alloc_cpu(n) : nullptr;
+    if (p) {
+      std::lock_guard<std::mutex> lock(g_pinned_mu);
+      g_pinned[reinterpret_cast<uintptr_t>(p)] = n;
+    }
+    return {p, p, p ? &pinned_free : nullptr, c10::Device(c10::DeviceType::CPU)};
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return &pinned_free; }
+  void copy_data(void* dest, const void* src, std::size_t count) const override { default_copy_data(dest, src, count); }
+};
+
+bool pinned_ptr(const void* data) {
+  const auto a = reinterpret_cast<uintptr_t>(data);
+  std::lock_guard<std::mutex> lock(g_pinned_mu);
+  auto it = g_pinned.upper_bound(a);
+  if (it == g_pinned.begin()) return false;
+  --it;
+  return a < it->first + it->second || (a == it->first);
+}
+
+// The PrivateUse1 hooks: the Python ones (backend.py) answer is_available / has_primary_context / is_built;
+// pinned host memory is served here (Python hooks cannot provide an allocator). Registered once per process,
+// instead of the Python hooks.
+struct Hooks final : at::PrivateUse1HooksInterface {
+  py::object python;
+  explicit Hooks(py::object p) : python(std::move(p)) {}
+  bool ask(const char* name) const {
+    py::gil_scoped_acquire gil;
+    return python.attr(name)().cast<bool>();
+  }
+  bool isBuilt() const override { return ask("is_built"); }
+  bool isAvailable() const override { return ask("is_available"); }
+  bool hasPrimaryContext(c10::DeviceIndex index) const override {
+    py::gil_scoped_acquire gil;
+    return python.attr("has_primary_context")(index).cast<bool>();
+  }
+  c10::Allocator* getPinnedMemoryAllocator() const override {
+    static PinnedAllocator allocator;
+    return &allocator;
+  }
+  bool isPinnedPtr(const void* data) const override { return pinned_ptr(data); }
+};
+
+void register_hooks(py::object python) {
+  static Hooks* hooks = new Hooks(std::move(python));  // lives as long as the process, as torch expects
+  at::RegisterPrivateUse1HooksInterface(hooks);
+}
+
+size_t pinned_blocks() {
+  std::lock_guard<std::mutex> lock(g_pinned_mu);
+  return g_pinned.size();
+}
+
 std::vector<std::unique_ptr<torch::Library>> g_libs;
 std::vector<Fast*> g_kernels;
 
@@ -390,4 +466,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("set_mode", &set_mode);
   m.def("addresses", &addresses);
   m.def("account", &account);
+  m.def("register_hooks", &register_hooks);
+  m.def("pinned_blocks", &pinned_blocks);
 }

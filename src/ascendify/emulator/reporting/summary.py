@@ -46,13 +46,55 @@ def _kernels() -> str:
     return f"python ({cfast.why() or 'the C++ kernels were not loaded'})"
 
 
+_COUNTERS = ("ops", "cpu_fallback_on_npu", "rejected", "unsupported_apis", "float64_events", "fp16_overflow_events",
+             "hccl_rule_violations")
+
+
+def merge(reports: list[dict]) -> dict:
+    """One report for the workers of a launcher job (each a :func:`build` report with ``rank``): counters added
+    up, the largest peak, each device with its rank, and ``ranks``: one line per worker.
+
+    >>> a = {"rank": 0, "ops": {"add": 2}, "ops_run": 2, "peak_memory_bytes": 5, "memory": [], "exit_code": 0}
+    >>> b = {"rank": 1, "ops": {"add": 1, "mm": 1}, "ops_run": 2, "peak_memory_bytes": 9, "memory": [], "exit_code": 0}
+    >>> m = merge([b, a])
+    >>> m["ops"], m["ops_run"], m["distinct_ops"], m["peak_memory_bytes"], [r["rank"] for r in m["ranks"]]
+    ({'add': 3, 'mm': 1}, 4, 2, 9, [0, 1])
+    """
+    reports = sorted(reports, key=lambda r: (r.get("rank") is None, r.get("rank") or 0))
+    out = dict(reports[0])
+    for key in _COUNTERS:
+        total: dict = {}
+        for r in reports:
+            for name, n in (r.get(key) or {}).items():
+                total[name] = total.get(name, 0) + n
+        out[key] = dict(sorted(total.items(), key=lambda kv: -kv[1]))
+    out["ops_run"] = sum(r.get("ops_run", 0) for r in reports)
+    out["distinct_ops"] = len(out["ops"])
+    out["peak_memory_bytes"] = max((r.get("peak_memory_bytes", 0) for r in reports), default=0)
+    out["memory"] = [dict(d, rank=r.get("rank")) for r in reports for d in r.get("memory", [])]
+    graphs = [r["graph_mode"] for r in reports if r.get("graph_mode")]
+    if graphs:
+        out["graph_mode"] = dict(graphs[0], **{k: sum(g.get(k, 0) for g in graphs)
+                                               for k in ("compiled_graphs", "graph_breaks", "recompiles")})
+    out["workers"] = len(reports)
+    out["ranks"] = [{"rank": r.get("rank"), "exit_code": r.get("exit_code"), "ops_run": r.get("ops_run", 0),
+                     "peak_memory_bytes": r.get("peak_memory_bytes", 0),
+                     "cpu_fallback_on_npu": sum((r.get("cpu_fallback_on_npu") or {}).values()),
+                     "rejected": sum((r.get("rejected") or {}).values()), "program": r.get("program")}
+                    for r in reports]
+    out.pop("rank", None)
+    return out
+
+
 def render(rep: dict, console=None, top: int = 10) -> None:
     """Print ``rep`` (from :func:`build`) as rich tables."""
     from rich.console import Console
     from rich.table import Table
 
     console = console or Console(stderr=True)
-    t = Table(title="ascendify emulate: summary", show_header=False, title_justify="left")
+    workers = rep.get("workers")
+    title = f"ascendify emulate: summary of {workers} worker(s)" if workers else "ascendify emulate: summary"
+    t = Table(title=title, show_header=False, title_justify="left")
     t.add_column("what")
     t.add_column("value", justify="right")
     t.add_row("ops run on the emulated npu", f"{rep['ops_run']:,} ({rep['distinct_ops']} distinct)")
@@ -74,6 +116,15 @@ def render(rep: dict, console=None, top: int = 10) -> None:
         t.add_row("torch.compile: graph breaks", str(g["graph_breaks"]))
         t.add_row("torch.compile: recompilations", str(g["recompiles"]))
     console.print(t)
+    if rep.get("ranks"):
+        w = Table(title="per worker", title_justify="left")
+        for name in ("rank", "exit", "ops run", "CPU fallback", "rejected", "peak memory"):
+            w.add_column(name, justify="right")
+        for r in rep["ranks"]:
+            w.add_row("-" if r["rank"] is None else str(r["rank"]),
+                      "-" if r["exit_code"] is None else str(r["exit_code"]), f"{r['ops_run']:,}",
+                      str(r["cpu_fallback_on_npu"]), str(r["rejected"]), format_bytes(r["peak_memory_bytes"]))
+        console.print(w)
     for line in graph_mode_lines(g):
         console.print(line, markup=False, highlight=False)
     for key, title in (("fused_ops", "torch_npu fused operators (the ATen ops they ran: above)"),

@@ -494,3 +494,16 @@ utils = _SUBMODULE_OBJECTS["utils"]
 streams = _SUBMODULE_OBJECTS["streams"]
 autocast_utils = _SUBMODULE_OBJECTS["autocast_utils"]
 graphs = _SUBMODULE_OBJECTS["graphs"]
+
+
+def _mstx_module() -> types.ModuleType:
+    from ascendify.emulator.api import profiler
+
+    m = types.ModuleType("torch.npu.mstx", "torch_npu's msTX markers, emulated (ascendify.emulator.api.profiler).")
+    m.__dict__.update(profiler.mstx_attrs())
+    return m
+
+
+# torch_npu.npu.mstx is the class (torch_npu: ``from .mstx import mstx``); its module holds mstx and annotate
+_SUBMODULE_OBJECTS["mstx"] = _mstx_module()
+mstx = _SUBMODULE_OBJECTS["mstx"].mstx
