@@ -131,5 +131,33 @@ def test_torch_npu_names_that_are_not_emulated_say_so():
         import torch_npu.profiler.analysis  # noqa: F401  (raw-data analysis: the profiler itself is emulated)
     from torch_npu.utils import get_cann_version
 
-    with pytest.raises(NotEmulatedError, match="no CANN"):
-        get_cann_version()
+    with pytest.raises(NotEmulatedError, match="not the versions of CANN's components"):
+        get_cann_version("RUNTIME")
+
+
+def test_torch_npus_companions_import_as_frameworks_need(emulator):
+    # MindSpeed imports torchair, pyACL and get_cann_version at import time; under emulation they import, answer
+    # what the emulated device knows, and refuse the rest by name
+    import acl
+    import torchair
+    from torch_npu.utils.collect_env import get_cann_version
+    from torchair import register_fx_node_ge_converter
+    from torchair.ge import DataType, Tensor, TensorSpec  # noqa: F401
+
+    from ascendify.emulator import runtime
+
+    assert get_cann_version() == runtime.settings.cann_version == "9.1.0"
+    assert acl.get_soc_name() == runtime.settings.device_name
+    free, total, ret = acl.rt.get_mem_info(1)
+    assert ret == 0 and total == runtime.settings.memory_capacity and 0 < free <= total
+
+    def converter(x):
+        return x
+
+    assert register_fx_node_ge_converter(torch.ops.aten.add.Tensor)(converter) is converter
+    with pytest.raises(NotEmulatedError, match="torchair.get_npu_backend is not emulated: torchair compiles"):
+        torchair.get_npu_backend()
+    with pytest.raises(NotEmulatedError, match="acl.rt.malloc is not emulated"):
+        acl.rt.malloc(16, 0)
+    with pytest.raises(NotEmulatedError):
+        Tensor()

@@ -30,7 +30,7 @@ import torch
 
 from ascendify.core import knowledge
 from ascendify.emulator import fused
-from ascendify.emulator.api import tooling
+from ascendify.emulator.api import companions, tooling
 from ascendify.emulator.errors import NotEmulatedError
 
 _PROVIDED = ("torch_npu", "torch_npu.npu", "torch_npu.contrib", "torch_npu.contrib.transfer_to_npu",
@@ -103,9 +103,16 @@ def _optim() -> dict:
 
 
 def _get_cann_version(module="CANN"):
+    """The emulated CANN's release (the ``cann_version`` setting, whose HCCL rules the emulator follows) for
+    ``module="CANN"``; a component's own version (``"RUNTIME"``, ``"FWK"``...) is not known here. MindSpeed calls
+    this at import time."""
+    from ascendify.emulator import runtime
+
+    if str(module).upper() == "CANN":
+        return runtime.settings.cann_version
     raise NotEmulatedError(
-        "torch_npu.utils.get_cann_version is not emulated: there is no CANN toolkit under the emulated npu "
-        "device (ascendify.emulator)"
+        f"torch_npu.utils.get_cann_version(module={module!r}) is not emulated: the emulated npu device knows its "
+        "CANN release (ASCENDIFY_EMULATE_CANN), not the versions of CANN's components"
     )
 
 
@@ -213,6 +220,8 @@ def _build(name: str) -> types.ModuleType:
 
 class _Loader(importlib.abc.Loader):
     def create_module(self, spec):
+        if spec.name in companions.PROVIDED:
+            return companions.build(spec.name)
         return _build(spec.name)
 
     def exec_module(self, module):
@@ -233,6 +242,8 @@ class Finder(importlib.abc.MetaPathFinder):
     """Finds the shim's ``torch_npu`` modules (last in ``sys.meta_path``: a real install wins)."""
 
     def find_spec(self, fullname, path=None, target=None):
+        if fullname in companions.PROVIDED:  # pyACL, torchair: torch_npu's companions (an installed one wins)
+            return importlib.machinery.ModuleSpec(fullname, _Loader(), is_package="." not in fullname)
         if fullname != "torch_npu" and not fullname.startswith("torch_npu."):
             return None
         if fullname.startswith("torch_npu.npu."):
