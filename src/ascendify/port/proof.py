@@ -11,9 +11,9 @@ A port is *proven* only when
 :func:`gaps` lists what is missing, each a sentence that finishes "not proven: ..."; the pipeline's verdict is
 ``not proven`` (exit status 5) when the list is not empty and nothing worse (a finding, a crash) was found.
 
->>> from ascendify.port.steps import StepResult
+>>> from types import SimpleNamespace as Step  # a step result: status, headline, facts
 >>> run = {"training": True, "history": {"step": [], "loss": []}, "stopped": "ended", "returncode": 0}
->>> train = StepResult("train", status="ok", facts={"runs": {"golden": run, "target": run}})
+>>> train = Step(status="ok", headline="", facts={"runs": {"golden": run, "target": run}})
 >>> gaps({"train": train})[0]
 'neither run made a training step (the program ended by itself)'
 """
@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ascendify.port.steps import StepResult
+Steps = dict[str, Any]  # step id -> its StepResult (ascendify.port.steps): status, headline, facts
 
 SIDES = (("golden", "the original"), ("target", "the migrated copy"))
 
@@ -96,7 +96,7 @@ def why_no_step(run: dict[str, Any]) -> str:
     return ""
 
 
-def gaps(steps: dict[str, StepResult]) -> list[str]:
+def gaps(steps: Steps) -> list[str]:
     """What the run did not prove (empty: the port is proven)."""
     out: list[str] = []
     train = steps.get("train")
@@ -150,7 +150,7 @@ def gaps(steps: dict[str, StepResult]) -> list[str]:
     return out
 
 
-def nan_on_target_only(steps: dict[str, StepResult]) -> str | None:
+def nan_on_target_only(steps: Steps) -> str | None:
     """A finding: the migrated copy's loss went NaN/inf where the original's stayed finite."""
     train = steps.get("train")
     runs = (train.facts.get("runs") if train is not None else None) or {}
@@ -161,13 +161,14 @@ def nan_on_target_only(steps: dict[str, StepResult]) -> str | None:
     return None
 
 
-def evidence(steps: dict[str, StepResult]) -> str:
+def evidence(steps: Steps) -> str:
     """What a proven run rests on, in a few words: the steps (or model calls) each run made, its ranks, and the
     comparisons that agreed.
 
     >>> run = {"training": True, "history": {"step": [0, 1], "loss": [2.0, 1.0]}, "ranks": 2}
-    >>> train = StepResult("train", facts={"runs": {"golden": run, "target": run}})
-    >>> compare = StepResult("compare", facts={"lockstep": {"verdict": "match"}, "curves": {"verdict": "match"}})
+    >>> from types import SimpleNamespace as Step
+    >>> train = Step(facts={"runs": {"golden": run, "target": run}})
+    >>> compare = Step(facts={"lockstep": {"verdict": "match"}, "curves": {"verdict": "match"}})
     >>> evidence({"train": train, "compare": compare})
     'both runs made 2 training steps on 2 ranks each; lockstep MATCH; loss curves MATCH'
     """
