@@ -16,12 +16,15 @@ from __future__ import annotations
 
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from ascendify.program import children
 
 
 @dataclass
@@ -105,33 +108,35 @@ def run_jobs(
         if j.skipped is not None and on_done:
             on_done(j)
     running: dict[int, tuple[Job, subprocess.Popen, object]] = {}
+    stop = signal.SIGINT
     try:
-        _loop(pending, running, by_name, lanes, log_dir, on_done, poll)
+        with children.terminate_raises():  # SIGTERM, SIGHUP: unwind as Ctrl-C does, through the finally below
+            _loop(pending, running, by_name, lanes, log_dir, on_done, poll)
+    except children.Terminated:
+        stop = signal.SIGTERM
+        raise
     finally:  # interrupted (Ctrl-C: the children have their own sessions and do not see it): stop them all
-        _stop_all(list(running.values()))
+        _stop_all(list(running.values()), stop)
 
 
-def _stop_all(entries, grace: float = 5.0) -> None:
+def _stop_all(entries, sig: int = signal.SIGINT, grace: float = 5.0) -> None:
     """Stop running children: Ctrl-C first (each gets ``grace`` seconds to write what it has, as a program
-    interrupted by hand would), then SIGKILL for what is left."""
-    import signal
-
-    for _j, proc, _fh in entries:
-        try:
-            os.killpg(proc.pid, signal.SIGINT)
-        except (ProcessLookupError, PermissionError):
-            pass
-    deadline = time.monotonic() + grace
-    left = list(entries)
-    while left and time.monotonic() < deadline:
-        left = [(j, p, fh) for j, p, fh in left if not _reap(j, p)]
-        if left:
-            time.sleep(0.05)
-    for j, proc, _fh in left:
-        _kill(proc)
-        _reap(j, proc, block=True)
-    for _j, _proc, fh in entries:
-        fh.close()
+    interrupted by hand would), then SIGKILL for what is left. After SIGTERM (``sig``) they get a second at
+    most, and a second Ctrl-C (or SIGTERM) while they stop cuts the wait short: nothing is left running."""
+    with children.deferred_signals(redeliver=False) as again:
+        for _j, proc, _fh in entries:
+            children.kill_group(proc, sig)
+        deadline = time.monotonic() + (grace if sig == signal.SIGINT else min(grace, 1.0))
+        left = list(entries)
+        while left and time.monotonic() < deadline and not again:
+            left = [(j, p, fh) for j, p, fh in left if not _reap(j, p)]
+            if left:
+                time.sleep(0.05)
+        for j, proc, _fh in left:
+            _kill(proc)
+            _reap(j, proc, block=True)
+        for _j, _proc, fh in entries:
+            fh.close()
 
 
 def _loop(pending, running, by_name, lanes, log_dir, on_done, poll) -> None:
@@ -153,8 +158,9 @@ def _loop(pending, running, by_name, lanes, log_dir, on_done, poll) -> None:
             if any(r[0].exclusive for r in running.values()) or (j.exclusive and running):
                 continue  # a timing job runs alone: nothing beside it, and it waits for the machine to be free
             pending.remove(j)
-            running_entry = _start(j, log_dir)
-            running[running_entry[1].pid] = running_entry
+            with children.deferred_signals():  # a Ctrl-C while the child starts acts once it is in ``running``
+                running_entry = _start(j, log_dir)
+                running[running_entry[1].pid] = running_entry
         if not running:
             if pending:  # nothing runs and nothing could start: they wait on each other
                 for j in pending:
@@ -196,8 +202,8 @@ def _start(j: Job, log_dir: Path | None):
     fh.flush()
     j.started = time.monotonic()
     try:
-        proc = subprocess.Popen(j.command(), stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT,
-                                env=j.env, cwd=j.cwd, start_new_session=True)
+        proc = children.popen(j.command(), stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT,
+                              env=j.env, cwd=j.cwd)  # its own process group, and it dies with this process
     except OSError as e:  # the interpreter cannot be started: report it as the job's failure
         fh.write(f"cannot start: {e}\n".encode())
         proc = subprocess.Popen([sys.executable, "-c", "raise SystemExit(127)"], stdout=fh, stderr=fh)
@@ -223,12 +229,7 @@ def _reap(j: Job, proc: subprocess.Popen, block: bool = False) -> bool:
 
 
 def _kill(proc: subprocess.Popen) -> None:
-    import signal
-
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)  # its own session: the job and anything it started
-    except (ProcessLookupError, PermissionError):
-        pass
+    children.kill_group(proc, signal.SIGKILL)  # its own session: the job and anything it started
 
 
 def _finish(j: Job, fh) -> None:
