@@ -16,12 +16,18 @@ machines only. So in this process a test reads it only when marked ``@pytest.mar
 through the ``reference_dir`` fixture (which skips, with the reason, where it is absent); any other read of
 ``../shared`` fails as if the folder were not there (FileNotFoundError) and fails the test, naming the file.
 ``.ci/run`` runs the marked tests once more in a copy of the clone with nothing beside it.
+
+Started in the background by a script (``nohup pytest &``, a CI runner), pytest inherits an ignored SIGINT, and so
+would every program a test starts: a test's Ctrl-C to ``ascendify port`` went unheard and the test hung until
+its time-out. Here SIGINT gets Python's own handler back, so the programs the tests start hear it as they would
+from a terminal.
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -54,6 +60,9 @@ def _audit(event: str, args: tuple) -> None:
 
 
 sys.addaudithook(_audit)
+
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(autouse=True)

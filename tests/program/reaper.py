@@ -86,6 +86,7 @@ def _moment(spec: dict) -> bool:
 
 def main() -> int:
     spec = json.loads(sys.argv[1])
+    signal.signal(signal.SIGINT, signal.SIG_DFL)  # the command hears SIGINT however this was started (not ignored)
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     me = os.getpid()
     env = {**os.environ, **spec.get("env", {})}

@@ -83,6 +83,15 @@ def test_an_adopted_child_takes_what_it_started_down_with_it(tmp_path):
     assert _gone(child) and _gone(grandchild), "the program's own child outlived the verb"
 
 
+def test_a_child_hears_ctrl_c_from_its_parent_where_the_parent_ignores_it():
+    # a verb started in the background by a script ignores SIGINT, and its children inherited that: port's Ctrl-C
+    # to its runs ("write what you found") was ignored, and each was killed 5 s later
+    code = ("import signal, sys\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nfrom ascendify.program import children\n"
+            "p = children.popen([sys.executable, '-c', 'import signal; print(signal.getsignal(signal.SIGINT) is "
+            "signal.default_int_handler)'], stdout=-1, text=True)\nprint(p.communicate()[0].strip())")
+    assert subprocess.run([PY, "-c", code], capture_output=True, text=True, timeout=60).stdout.strip() == "True"
+
+
 def test_adopt_takes_only_its_own_parent():
     code = "from ascendify.program import children; print(children.adopt())"
     run = lambda parent: subprocess.run([PY, "-c", code], env={**os.environ, "ASCENDIFY_PARENT": parent},  # noqa: E731

@@ -8,7 +8,8 @@ guarantee, elsewhere the process groups alone.
   reaches only the verb, which decides how its children stop, and a signal to the group reaches whatever the
   child started) that dies with its parent: ``PR_SET_PDEATHSIG`` makes the kernel send it SIGTERM when the
   verb dies, however it dies (SIGKILL and a crash included). ``ASCENDIFY_PARENT`` in its environment names the
-  parent, so that an ascendify child can take its own part (:func:`adopt`).
+  parent, so that an ascendify child can take its own part (:func:`adopt`). SIGINT is never ignored in the child
+  (a verb started in the background by a script inherits an ignored one): the verb's Ctrl-C to it is heard.
 - :func:`adopt`, called by ``ascendify``'s entry point: in a process started by :func:`popen` (or a torchrun
   worker of :func:`mark_parent`'s process), SIGTERM stops the whole process group at once (the user's program,
   its DataLoader workers and subprocesses), and the parent's death is a SIGTERM (armed here where the kernel
@@ -97,12 +98,14 @@ def popen(argv: Sequence[str], *, env: dict[str, str] | None = None, **kwargs) -
     env[PARENT_VAR] = str(parent)
     prctl = _prctl() if threading.current_thread() is threading.main_thread() else None
 
-    def in_child() -> None:  # between fork and exec: nothing imported, nothing looked up, one call
+    def in_child() -> None:  # between fork and exec: nothing imported, nothing looked up
+        # Ctrl-C reaches the child only from its parent, on purpose: it must not inherit an ignored SIGINT (a
+        # verb started in the background by a script ignores it, and would have its children ignore the request)
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
         if not _arm(prctl, parent):
             os._exit(143)  # the parent died while this child was being started
 
-    return subprocess.Popen(list(argv), env=env, start_new_session=True, preexec_fn=in_child if prctl else None,
-                            **kwargs)
+    return subprocess.Popen(list(argv), env=env, start_new_session=True, preexec_fn=in_child, **kwargs)
 
 
 def call(argv: Sequence[str], *, grace: float = 5.0, **kwargs) -> int:
