@@ -92,6 +92,7 @@ def child_env(lanes: int, extra: dict[str, str] | None = None, drop: tuple[str, 
     return env
 
 
+@children.terminate_raises()  # SIGTERM, SIGHUP: unwind as Ctrl-C does (run_jobs' finally stops the children)
 def run_jobs(
     jobs: list[Job],
     *,
@@ -108,15 +109,16 @@ def run_jobs(
         if j.skipped is not None and on_done:
             on_done(j)
     running: dict[int, tuple[Job, subprocess.Popen, object]] = {}
-    stop = signal.SIGINT
     try:
-        with children.terminate_raises():  # SIGTERM, SIGHUP: unwind as Ctrl-C does, through the finally below
-            _loop(pending, running, by_name, lanes, log_dir, on_done, poll)
-    except children.Terminated:
-        stop = signal.SIGTERM
-        raise
+        _loop(pending, running, by_name, lanes, log_dir, on_done, poll)
     finally:  # interrupted (Ctrl-C: the children have their own sessions and do not see it): stop them all
-        _stop_all(list(running.values()), stop)
+        _stop_all(list(running.values()), _stop_signal())
+
+
+def _stop_signal() -> int:
+    """How to ask the children to stop, in run_jobs' ``finally``: SIGTERM when a SIGTERM (or SIGHUP) is what is
+    unwinding, else as Ctrl-C would."""
+    return signal.SIGTERM if isinstance(sys.exc_info()[1], children.Terminated) else signal.SIGINT
 
 
 def _stop_all(entries, sig: int = signal.SIGINT, grace: float = 5.0) -> None:
