@@ -34,6 +34,8 @@ from pathlib import Path
 import pytest
 from example_runs import tree_state
 
+from ascendify.core import fileio
+
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
 _SHARED_PREFIXES = tuple({str(SHARED) + os.sep, str(SHARED.resolve()) + os.sep})  # as named, and a link's target
@@ -63,6 +65,11 @@ sys.addaudithook(_audit)
 
 if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+# The compiled helpers (the emulated NPU's C++ kernels, the dump's fused statistics) are cached under
+# ~/.cache/ascendify, built once by scripts/setup.sh; a test that moves HOME (pytester does, for the pytest it
+# starts) would have every program it starts build them again (a minute or two on 2 cores): keep the one cache.
+os.environ.setdefault("ASCENDIFY_CACHE", str(fileio.cache_dir("")))
 
 
 @pytest.fixture(autouse=True)
