@@ -74,7 +74,8 @@ def _up(marks, name: str) -> str:
 def _after(marks, *names: str) -> jb.Job:
     """A job that ends once the jobs ``names`` are ready: the moment to press Ctrl-C (from its on_done)."""
     wait = " and ".join(f"os.path.exists({str(marks / n)!r})" for n in names)
-    return _py("go", f"import os, time\nwhile not ({wait}): time.sleep(0.01)")
+    return _py("go", f"import os, time\nend = time.monotonic() + 60\n"  # never waits for ever: a failure, not a hang
+               f"while not ({wait}) and time.monotonic() < end: time.sleep(0.01)")
 
 
 def _interrupt(job):
@@ -84,13 +85,21 @@ def _interrupt(job):
 
 def test_ctrl_c_while_children_run_asks_them_as_ctrl_c_would(started, tmp_path):
     pids, _ = started
-    polite = _py("polite", "import time\ntry:\n    " + _up(tmp_path, "polite").replace("\n", "\n    ")
+    deaf_pid = tmp_path / "deaf.pid"  # the job's own child, deaf to Ctrl-C: left behind when the job stops
+    deaf = ("import os, signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+            f"open({str(deaf_pid)!r} + '.tmp', 'w').write(str(os.getpid()))\nos.rename({str(deaf_pid)!r} + '.tmp', "
+            f"{str(deaf_pid)!r})\ntime.sleep(120)")
+    polite = _py("polite", f"import os, subprocess, sys, time\nsubprocess.Popen([sys.executable, '-c', {deaf!r}])\n"
+                 f"end = time.monotonic() + 60\nwhile not os.path.exists({str(deaf_pid)!r}) and time.monotonic() < end:\n"
+                 "    time.sleep(0.01)\n"
+                 "try:\n    " + _up(tmp_path, "polite").replace("\n", "\n    ")
                  + "\nexcept KeyboardInterrupt:\n    print('wrote what it had')\n    raise SystemExit(130)")
     with pytest.raises(KeyboardInterrupt):
         jb.run_jobs([polite, _after(tmp_path, "polite")], lanes=2, log_dir=tmp_path / "logs", on_done=_interrupt)
     assert polite.returncode == 130 and polite.seconds < 30  # asked as Ctrl-C asks, and heard
     assert "wrote what it had" in (tmp_path / "logs" / "polite.log").read_text()
     assert all(_gone(p, within=1.0) for p in pids)
+    assert _gone(int(deaf_pid.read_text()), within=1.0), "what the job started outlived the run"
 
 
 def test_a_second_ctrl_c_while_children_stop_kills_them_at_once(started, monkeypatch, tmp_path):

@@ -134,8 +134,9 @@ def _stop_all(entries, sig: int = signal.SIGINT, grace: float = 5.0) -> None:
             left = [(j, p, fh) for j, p, fh in left if not _reap(j, p)]
             if left:
                 time.sleep(0.05)
-        for j, proc, _fh in left:
+        for _j, proc, _fh in entries:  # what is left, and what a child that stopped left behind in its group
             _kill(proc)
+        for j, proc, _fh in left:
             _reap(j, proc, block=True)
         for _j, _proc, fh in entries:
             fh.close()
