@@ -19,7 +19,8 @@ if "--torch" in sys.argv:
 child = subprocess.Popen([sys.executable, "-c", "import os, sys, time\n"
                           f"open(os.path.join({marks!r}, f'grandchild-{{os.getpid()}}'), 'w').close()\n"
                           "time.sleep(600)"])
-while not any(n == f"grandchild-{child.pid}" for n in os.listdir(marks)):
+end = time.monotonic() + 120
+while not any(n == f"grandchild-{child.pid}" for n in os.listdir(marks)) and time.monotonic() < end:
     time.sleep(0.01)
 with open(os.path.join(marks, f"run-{os.getpid()}"), "w") as f:
     f.write(os.environ.get("RANK", ""))
