@@ -40,8 +40,8 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 
-__all__ = ["Terminated", "popen", "call", "stop", "adopt", "mark_parent", "worker_init", "deferred_signals", "terminate_raises",
-           "kill_group", "PARENT_VAR"]
+__all__ = ["Terminated", "popen", "call", "stop", "adopt", "mark_parent", "worker_init", "deferred_signals",
+           "terminate_raises", "kill_group", "PARENT_VAR"]
 
 PARENT_VAR = "ASCENDIFY_PARENT"  # the pid of the ascendify process that started this one
 _PR_SET_PDEATHSIG = 1
@@ -98,7 +98,7 @@ def popen(argv: Sequence[str], *, env: dict[str, str] | None = None, **kwargs) -
     env[PARENT_VAR] = str(parent)
     prctl = _prctl() if threading.current_thread() is threading.main_thread() else None
 
-    def in_child() -> None:  # between fork and exec: nothing imported, nothing looked up
+    def in_child() -> None:  # between fork and exec: nothing imported, only calls into what is loaded
         # Ctrl-C reaches the child only from its parent, on purpose: it must not inherit an ignored SIGINT (a
         # verb started in the background by a script ignores it, and would have its children ignore the request)
         signal.signal(signal.SIGINT, signal.SIG_DFL)
@@ -133,9 +133,7 @@ def stop(proc: subprocess.Popen, sig: int = signal.SIGINT, grace: float = 5.0) -
         end = time.monotonic() + grace
         while proc.poll() is None and time.monotonic() < end and not again:
             time.sleep(0.02)
-        if proc.poll() is None:
-            kill_group(proc, signal.SIGKILL)
-        kill_group(proc, signal.SIGKILL)  # what it started and left behind in its group
+        kill_group(proc, signal.SIGKILL)  # what is left: the child, or what it started and left behind
         return proc.wait()
 
 
