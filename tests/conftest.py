@@ -9,12 +9,96 @@ file anywhere (checkpoints, ``out/``, ``runs/``: ignored because programs write 
 untracked files outside ``examples/``, which are people's work in progress. Skipped where the tests do not run
 from a git checkout. Run tests from temporary folders: ``tmp_path`` as the working directory, or pass the
 program an output path (``--checkpoint``, ``--out-json``) there.
+
+A clone has nothing beside it: the project's reference data (``../shared/reference``, from which
+``tools/build_kb.py`` makes the package data in ``src/ascendify/data/``) is there in CI and on the developers'
+machines only. So in this process a test reads it only when marked ``@pytest.mark.reference`` and given it
+through the ``reference_dir`` fixture (which skips, with the reason, where it is absent); any other read of
+``../shared`` fails as if the folder were not there (FileNotFoundError) and fails the test, naming the file.
+``.ci/run`` runs the marked tests once more in a copy of the clone with nothing beside it.
+
+Started in the background by a script (``nohup pytest &``, a CI runner), pytest inherits an ignored SIGINT, and so
+would every program a test starts: a test's Ctrl-C to ``ascendify port`` went unheard and the test hung until
+its time-out. Here SIGINT gets Python's own handler back, so the programs the tests start hear it as they would
+from a terminal.
 """
 
 from __future__ import annotations
 
+import errno
+import os
+import signal
+import sys
+from pathlib import Path
+
 import pytest
 from example_runs import tree_state
+
+from ascendify.core import fileio
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+_SHARED_PREFIXES = tuple({str(SHARED) + os.sep, str(SHARED.resolve()) + os.sep})  # as named, and a link's target
+_reads: list[str] = []  # ../shared paths opened by the running test (or by an import outside any test)
+_allowed = [False]  # the running test is marked ``reference``
+
+
+def _audit(event: str, args: tuple) -> None:
+    if event != "open" or _allowed[0]:
+        return
+    path = args[0]
+    if isinstance(path, int):
+        return
+    try:
+        path = os.fsdecode(path)
+    except TypeError:
+        return
+    if not os.path.isabs(path):
+        path = os.path.join(os.getcwd(), path)
+    if os.path.normpath(path).startswith(_SHARED_PREFIXES):
+        _reads.append(path)
+        raise FileNotFoundError(errno.ENOENT, "../shared is not beside a plain clone (the test suite hides it from "
+                                "tests not marked reference)", path)
+
+
+sys.addaudithook(_audit)
+
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+# The compiled helpers (the emulated NPU's C++ kernels, the dump's fused statistics) are cached under
+# ~/.cache/ascendify, built once by scripts/setup.sh; a test that moves HOME (pytester does, for the pytest it
+# starts) would have every program it starts build them again (a minute or two on 2 cores): keep the one cache.
+os.environ.setdefault("ASCENDIFY_CACHE", str(fileio.cache_dir("")))
+
+
+@pytest.fixture(autouse=True)
+def _no_shared_reads(request):
+    if _reads:  # before any test: a module read it when it was imported
+        read, _reads[:] = sorted(set(_reads)), []
+        pytest.fail(f"a test module read {', '.join(read)} when it was imported: a clone has no ../shared beside "
+                    "it; use the package data (ascendify.core.knowledge)", pytrace=False)
+    _allowed[0] = request.node.get_closest_marker("reference") is not None
+    yield
+    _allowed[0] = False
+    if _reads:
+        read, _reads[:] = sorted(set(_reads)), []
+        pytest.fail(f"{request.node.nodeid} read {', '.join(read)}: a clone has no ../shared beside it; use the "
+                    "package data (ascendify.core.knowledge) or mark the test @pytest.mark.reference and take the "
+                    "folder from the reference_dir fixture", pytrace=False)
+
+
+@pytest.fixture
+def reference_dir(request) -> Path:
+    """The project's reference data (``../shared/reference``); skips the test where the clone has nothing beside
+    it. Only for tests marked ``@pytest.mark.reference``."""
+    if request.node.get_closest_marker("reference") is None:
+        pytest.fail("reference_dir is for tests marked @pytest.mark.reference", pytrace=False)
+    ref = SHARED / "reference"
+    if not (ref / "torch_npu_api.json").is_file():
+        pytest.skip(f"no reference data beside the clone ({ref}); the package does not need it, only "
+                    "tools/build_kb.py does")
+    return ref
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -144,3 +144,49 @@ def test_an_output_folder_that_is_a_file_is_a_usage_error_said_up_front(tmp_path
     err = capsys.readouterr().err
     assert f"{out} is a file, not a folder" in err and "--force" not in err and "Errno" not in err
     assert out.read_text() == "x"
+
+
+def test_the_suite_runs_as_in_a_plain_clone_from_a_terminal(tmp_path):
+    # tests/conftest.py: ../shared exists in CI, not beside a user's clone; an unmarked test that reads it fails
+    # (as if it were absent) and is named; a test marked reference gets it from reference_dir, or skips. And a
+    # suite started in the background (SIGINT ignored) starts programs that hear Ctrl-C.
+    from pathlib import Path
+
+    here = Path(__file__).resolve().parent
+    tests = tmp_path / "clone" / "tests"
+    tests.mkdir(parents=True)
+    for name in ("conftest.py", "example_runs.py"):
+        (tests / name).write_bytes((here / name).read_bytes())
+    (tests / "test_reads.py").write_text(
+        "import pytest\n"
+        "from conftest import SHARED\n\n"
+        "def test_unmarked():\n"
+        "    try:\n"
+        "        (SHARED / 'reference' / 'torch_npu_api.json').read_text()\n"
+        "    except FileNotFoundError:\n"
+        "        pass  # as in a clone with nothing beside it\n\n"
+        "@pytest.mark.reference\n"
+        "def test_marked(reference_dir):\n"
+        "    assert (reference_dir / 'torch_npu_api.json').read_text() == '{}'\n\n"
+        "def test_programs_hear_ctrl_c():  # pytest was started with SIGINT ignored (in the background)\n"
+        "    import subprocess, sys\n"
+        "    code = 'import signal; print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)'\n"
+        "    assert subprocess.run([sys.executable, '-c', code], capture_output=True, text=True).stdout == 'True\\n'\n")
+    argv = [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "-o", "markers=reference: r",
+            str(tests)]
+    import signal
+
+    def in_the_background() -> None:  # as a shell script's `pytest &` starts it
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    r = subprocess.run(argv, cwd=tmp_path / "clone", capture_output=True, text=True, timeout=120,
+                       preexec_fn=in_the_background)
+    assert "test_reads.py::test_unmarked read " + str(tmp_path / "shared" / "reference" / "torch_npu_api.json") \
+        in r.stdout, r.stdout
+    assert "2 passed, 1 skipped, 1 error" in r.stdout and "no reference data beside the clone" in r.stdout, r.stdout
+    (tmp_path / "shared" / "reference").mkdir(parents=True)
+    (tmp_path / "shared" / "reference" / "torch_npu_api.json").write_text("{}")
+    r = subprocess.run(argv, cwd=tmp_path / "clone", capture_output=True, text=True, timeout=120,
+                       preexec_fn=in_the_background)
+    # the marked test reads it (passed); the unmarked one fails (its teardown: the error names the file)
+    assert "3 passed, 1 error" in r.stdout and "ERROR at teardown of test_unmarked" in r.stdout, r.stdout

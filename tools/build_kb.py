@@ -609,31 +609,79 @@ def build_from_wheel(whl: Path, ref: Path) -> tuple[dict, dict]:
     return kernels, coverage
 
 
+# the reference files build() and build_from_wheel() read
+REFERENCE_FILES = ("torch_npu_api.json", "npu_api_support_2.13.json", "npu_aten_op_coverage.json",
+                   "transfer_to_npu_patches.json", "compat_matrix.csv")
+DEFAULT_REFERENCE = ROOT.parent / "shared" / "reference"
+
+
+class _Given(argparse.Action):
+    """Stores the value and remembers the order the options were given in (checks follow that order)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, values)
+        namespace.given = [*getattr(namespace, "given", []), self.dest]
+
+
+def _check_reference(ref: Path, given: bool) -> str | None:
+    """Why ``ref`` cannot serve as the reference folder (naming what is missing), or None."""
+    where = f"--reference {ref}" if given else f"no --reference given, and the default {ref}"
+    if not ref.exists():
+        return f"{where}: no such folder (give --reference FOLDER: the folder holding {', '.join(REFERENCE_FILES)})"
+    if not ref.is_dir():
+        return f"{where}: not a folder (give the folder holding {', '.join(REFERENCE_FILES)})"
+    missing = [n for n in REFERENCE_FILES if not (ref / n).is_file()]
+    if missing:
+        return f"{where}: not the reference data: {', '.join(missing)} missing"
+    return None
+
+
+def _check_wheel(whl: Path) -> str | None:
+    """Why ``whl`` is not a wheel file to read, or None (its contents are checked by build_from_wheel)."""
+    import zipfile  # noqa: PLC0415
+
+    if not whl.exists():
+        return f"--wheel {whl}: no such wheel file"
+    if not whl.is_file():
+        return f"--wheel {whl}: not a file (give the torch_npu wheel, a .whl file)"
+    if not zipfile.is_zipfile(whl):
+        return f"--wheel {whl}: not a wheel (not a zip archive)"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--reference", type=Path, default=ROOT.parent / "shared" / "reference")
+    p.add_argument("--reference", type=Path, default=None, action=_Given,
+                   help="the reference data folder (default: ../shared/reference beside the clone; it holds "
+                   + ", ".join(REFERENCE_FILES) + ")")
     p.add_argument(
         "--wheel",
         type=Path,
         default=None,
+        action=_Given,
         help="a torch_npu wheel (torch_npu-2.13.0-cp311-...-x86_64.whl, from `pip download --no-deps "
         "torch-npu==2.13.0`): derive data/npu_kernels.json and data/npu_aten_op_coverage.json from it "
         "(needs torch, PyYAML and binutils' objdump/readelf)",
     )
     a = p.parse_args(argv)
-    if not (a.reference / "torch_npu_api.json").is_file():
-        print(f"error: no reference data at {a.reference}", file=sys.stderr)
-        return 2
-    if a.wheel is not None and not a.wheel.is_file():
-        print(f"error: {a.wheel}: no such wheel file", file=sys.stderr)
-        return 2
-    build(a.reference)
-    if a.wheel is not None:
+    given = list(dict.fromkeys(getattr(a, "given", [])))  # the order the user gave them in
+    ref = a.reference if a.reference is not None else DEFAULT_REFERENCE
+    checks = {"reference": lambda: _check_reference(ref, a.reference is not None),
+              "wheel": lambda: _check_wheel(a.wheel) if a.wheel is not None else None}
+    for dest in [*given, *(d for d in checks if d not in given)]:  # then what was left to its default
+        problem = checks[dest]()
+        if problem:
+            print(f"error: {problem}", file=sys.stderr)
+            return 2
+    kernels = coverage = None
+    if a.wheel is not None:  # read the wheel first: a wheel that cannot be read leaves the data as it was
         try:
-            kernels, coverage = build_from_wheel(a.wheel, a.reference)
+            kernels, coverage = build_from_wheel(a.wheel, ref)
         except (ValueError, OSError, KeyError) as e:
-            print(f"error: {a.wheel}: {e}", file=sys.stderr)
+            print(f"error: --wheel {a.wheel}: {e}", file=sys.stderr)
             return 3
+    build(ref)
+    if kernels is not None:
         _write("npu_kernels.json", kernels)
         _write("npu_aten_op_coverage.json", coverage)
     return 0

@@ -86,6 +86,10 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if argv is None:  # the command itself (not a call from Python): started by a verb, it dies with it
+        from ascendify.program import children
+
+        children.adopt()
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser(argv[0] if argv and argv[0] in VERBS else None)
     tail = None

@@ -146,15 +146,71 @@ def test_a_kernel_that_falls_back_on_the_npu_is_reported(fresh_report):
         torch.logit(torch.full((2,), 0.25, device="npu"))
 
 
-def test_wheel_step_refuses_a_file_that_is_not_a_torch_npu_wheel(tmp_path):
+def test_wheel_step_refuses_a_file_that_is_not_a_torch_npu_wheel(tmp_path, capsys):
     fake = tmp_path / "torch_npu-0.0-py3-none-any.whl"
     with zipfile.ZipFile(fake, "w") as z:
         z.writestr("torch_npu/__init__.py", "")
     with pytest.raises(ValueError, match="npu_native_functions_by_codegen.yaml is missing"):
-        build_kb.build_from_wheel(fake, REPO.parent / "shared" / "reference")
-    r = subprocess.run([sys.executable, str(REPO / "tools/build_kb.py"), "--wheel", str(tmp_path / "none.whl")],
+        build_kb.build_from_wheel(fake, tmp_path / "no-reference")  # the wheel is read before the reference
+    # with a reference folder that only looks right, the wheel is refused before anything is built or written
+    ref = tmp_path / "ref"
+    ref.mkdir()
+    for name in build_kb.REFERENCE_FILES:
+        (ref / name).write_text("not read")
+    data = {f.name: f.stat().st_mtime_ns for f in build_kb.OUT.iterdir()}
+    assert build_kb.main(["--wheel", str(fake), "--reference", str(ref)]) == 3
+    assert "is missing" in capsys.readouterr().err
+    assert {f.name: f.stat().st_mtime_ns for f in build_kb.OUT.iterdir()} == data
+
+
+def test_build_kb_checks_its_arguments_in_the_order_given_and_names_what_is_missing(tmp_path, capsys):
+    none, gone = str(tmp_path / "none.whl"), str(tmp_path / "gone")
+
+    def err(*argv: str) -> str:
+        assert build_kb.main(list(argv)) == 2
+        return capsys.readouterr().err.strip()
+
+    assert err("--wheel", none, "--reference", gone) == f"error: --wheel {none}: no such wheel file"
+    assert err("--reference", gone, "--wheel", none).startswith(f"error: --reference {gone}: no such folder")
+    # no --reference: the wheel the user named comes first, then the default folder, named as the default
+    assert err("--wheel", none) == f"error: --wheel {none}: no such wheel file"
+    (tmp_path / "ref").mkdir()
+    (tmp_path / "ref" / "torch_npu_api.json").write_text("{}")
+    assert err("--reference", str(tmp_path / "ref")) == (
+        f"error: --reference {tmp_path / 'ref'}: not the reference data: npu_api_support_2.13.json, "
+        "npu_aten_op_coverage.json, transfer_to_npu_patches.json, compat_matrix.csv missing")
+    (tmp_path / "w.whl").write_text("text")
+    assert err("--wheel", str(tmp_path / "w.whl")).endswith("w.whl: not a wheel (not a zip archive)")
+    # the command line, as a user types it (a clone with nothing beside it has no default reference folder)
+    r = subprocess.run([sys.executable, str(REPO / "tools/build_kb.py"), "--wheel", none],
                        capture_output=True, text=True, timeout=120)
-    assert r.returncode == 2 and "none.whl: no such wheel file" in r.stderr
+    assert r.returncode == 2 and r.stderr == f"error: --wheel {none}: no such wheel file\n"
+
+
+def test_default_reference_is_named_as_the_default(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(build_kb, "DEFAULT_REFERENCE", tmp_path / "shared" / "reference")
+    assert build_kb.main([]) == 2
+    assert capsys.readouterr().err.startswith(
+        f"error: no --reference given, and the default {tmp_path / 'shared' / 'reference'}: no such folder")
+
+
+@pytest.mark.reference
+def test_the_shipped_data_is_what_build_kb_makes_of_the_reference(reference_dir, tmp_path, monkeypatch):
+    # the package data is generated, not edited by hand: rebuilt from ../shared/reference it is byte for byte the
+    # same (npu_aten_op_coverage.json is the wheel step's, tested above; its reference digest is checked here)
+    monkeypatch.setattr(build_kb, "OUT", tmp_path)
+    monkeypatch.setattr(build_kb, "ROOT", tmp_path.parent)
+    build_kb.build(reference_dir)
+    built = sorted(f.name for f in tmp_path.glob("*.json"))
+    assert built == ["compat_matrix.json", "npu_api_support.json", "npu_aten_op_coverage.json",
+                     "torch_npu_api.json", "transfer_to_npu_patches.json"]
+    for name in built:
+        shipped = REPO / "src/ascendify/data" / name
+        new = json.loads((tmp_path / name).read_text())
+        if name == "npu_aten_op_coverage.json":
+            assert json.loads(shipped.read_text())["provenance"]["sha256_16"] == new["provenance"]["sha256_16"]
+        else:
+            assert (tmp_path / name).read_bytes() == shipped.read_bytes(), name
 
 
 def test_fallback_messages_are_classified():

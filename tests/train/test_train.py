@@ -7,6 +7,7 @@ import json
 import pytest
 import torch
 
+from ascendify import cli
 from ascendify.train import ConfigError, TrainConfig, train
 from ascendify.train.config import load_toml
 from tests.train.conftest import TINY, run_cli
@@ -42,18 +43,35 @@ def test_run_writes_history_checkpoints_and_curves(tiny_cfg, tmp_path):
     assert history[1]["lr"] == pytest.approx(0.005)
 
 
+def _cli(capsys, *args: str):
+    """``ascendify train ARGS`` in this process (bad input is refused before any training: no child needed);
+    (exit status, stdout, stderr)."""
+    code = cli.main(["train", *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
 @pytest.mark.parametrize("device", ["cpu", "npu"])
-def test_interrupted_and_resumed_run_is_bit_identical(tmp_path, device):
-    # in child processes: the emulated npu must be enabled before any backward() of the process
+def test_interrupted_and_resumed_run_is_bit_identical(tmp_path, device, capsys):
+    # the command line; on the npu in child processes (the emulated npu must be enabled before any backward() of
+    # the process), on the CPU in this one (three fewer interpreters to start)
     common = ["--model", f"{TINY}:make", "--data", "synthetic", "--synthetic-size", "96", "--image-size", "16",
               "--batch-size", "16", "--epochs", "3", "--device", device, "--no-tensorboard", "-q"]
+
+    def cli_run(*args: str) -> tuple[int, str]:
+        if device == "npu":
+            r = run_cli(*args)
+            return r.returncode, r.stderr
+        code, _, err = _cli(capsys, *args)
+        return code, err
+
     whole, part = str(tmp_path / "whole"), str(tmp_path / "part")
-    assert run_cli(*common, "--out", whole).returncode == 0
-    r = run_cli(*common, "--out", part, "--max-steps", "7")  # stops in the middle of epoch 2
-    assert r.returncode == 0, r.stderr
+    assert cli_run(*common, "--out", whole)[0] == 0
+    code, err = cli_run(*common, "--out", part, "--max-steps", "7")  # stops in the middle of epoch 2
+    assert code == 0, err
     assert len(json.loads((tmp_path / "part" / "history.json").read_text())) == 1
-    r = run_cli(*common, "--out", part, "--resume")
-    assert r.returncode == 0, r.stderr
+    code, err = cli_run(*common, "--out", part, "--resume")
+    assert code == 0, err
     expect = json.loads((tmp_path / "whole" / "history.json").read_text())
     got = json.loads((tmp_path / "part" / "history.json").read_text())
     assert _numbers(got) == _numbers(expect)
@@ -112,19 +130,20 @@ def test_refuses_to_mix_runs(tiny_cfg, tmp_path):
         train(tiny_cfg(out=str(tmp_path / "none"), resume=True), show_progress=False)
 
 
-def test_cli_bad_input_is_a_clear_error(tmp_path):
-    r = run_cli("--model", "nope", "--out", str(tmp_path / "o"), "-q")
-    assert r.returncode == 2 and "unknown model 'nope'" in r.stderr
-    r = run_cli("--data", str(tmp_path / "missing"), "--model", f"{TINY}:make", "--out", str(tmp_path / "o"), "-q")
-    assert r.returncode == 2 and "no such folder" in r.stderr
-    r = run_cli("--device", "cuda", "--out", str(tmp_path / "o"), "-q")
-    assert r.returncode == 3 and "no cuda device" in r.stderr  # not usable here: as bench and compare say it
-    r = run_cli("--device", "tpu", "--out", str(tmp_path / "o"), "-q")
-    assert r.returncode == 2 and "unknown device 'tpu'" in r.stderr
+def test_cli_bad_input_is_a_clear_error(tmp_path, capsys):
+    code, _, err = _cli(capsys, "--model", "nope", "--out", str(tmp_path / "o"), "-q")
+    assert code == 2 and "unknown model 'nope'" in err
+    code, _, err = _cli(capsys, "--data", str(tmp_path / "missing"), "--model", f"{TINY}:make", "--out",
+                        str(tmp_path / "o"), "-q")
+    assert code == 2 and "no such folder" in err
+    code, _, err = _cli(capsys, "--device", "cuda", "--out", str(tmp_path / "o"), "-q")
+    assert code == 3 and "no cuda device" in err  # not usable here: as bench and compare say it
+    code, _, err = _cli(capsys, "--device", "tpu", "--out", str(tmp_path / "o"), "-q")
+    assert code == 2 and "unknown device 'tpu'" in err
     assert not (tmp_path / "o" / "last.pt").exists()
 
 
-def test_image_folder_data(tmp_path):
+def test_image_folder_data(tmp_path, capsys):
     from PIL import Image
 
     for c, color in (("cat", (200, 30, 30)), ("dog", (30, 30, 200))):
@@ -132,10 +151,11 @@ def test_image_folder_data(tmp_path):
         for i in range(6):
             Image.new("RGB", (20 + i, 18), color).save(tmp_path / "imgs" / c / f"{i}.png")
     (tmp_path / "imgs" / "dog" / "notes.txt").write_text("not an image")
-    r = run_cli("--model", f"{TINY}:make", "--data", str(tmp_path / "imgs"), "--image-size", "16", "--epochs", "2",
-                "--batch-size", "4", "--device", "cpu", "--out", str(tmp_path / "o"), "--json", "-q")
-    assert r.returncode == 0, r.stderr
-    history = json.loads(r.stdout)["history"]
+    code, out, err = _cli(capsys, "--model", f"{TINY}:make", "--data", str(tmp_path / "imgs"), "--image-size", "16",
+                          "--epochs", "2", "--batch-size", "4", "--device", "cpu", "--out", str(tmp_path / "o"),
+                          "--json", "-q")
+    assert code == 0, err
+    history = json.loads(out)["history"]
     assert len(history) == 2 and history[-1]["val_acc"] >= 0.5
 
 
@@ -146,15 +166,15 @@ def test_digits_are_learned(tiny_cfg):
     assert history[-1]["train_loss"] < history[0]["train_loss"]
 
 
-def test_bad_input_leaves_no_output_folder_and_out_may_not_be_a_file(tmp_path):
+def test_bad_input_leaves_no_output_folder_and_out_may_not_be_a_file(tmp_path, capsys):
     # `--data empty/` and `--model nofile.py:X` left an empty --out folder behind; `--out FILE` was a traceback
     (tmp_path / "empty").mkdir()
-    r = run_cli("--data", str(tmp_path / "empty"), "--out", str(tmp_path / "o"), "-q")
-    assert r.returncode == 2 and "class folder" in r.stderr
+    code, _, err = _cli(capsys, "--data", str(tmp_path / "empty"), "--out", str(tmp_path / "o"), "-q")
+    assert code == 2 and "class folder" in err
     assert not (tmp_path / "o").exists()
     (tmp_path / "afile").write_text("x")
-    r = run_cli("--model", f"{TINY}:make", "--out", str(tmp_path / "afile"), "-q")
-    assert r.returncode == 2 and "is a file, not a folder" in r.stderr and "Traceback" not in r.stderr
+    code, _, err = _cli(capsys, "--model", f"{TINY}:make", "--out", str(tmp_path / "afile"), "-q")
+    assert code == 2 and "is a file, not a folder" in err and "Traceback" not in err
 
 
 def test_off_a_terminal_a_slow_run_still_shows_a_line_every_so_often(monkeypatch, capsys):

@@ -448,11 +448,13 @@ def _batch_source(cfg: BenchConfig, dev: BenchDevice, x, y, fmt, held: _Run):
         return lambda: held.batch
 
     from ascendify.bench.loader import SyntheticTensors
+    from ascendify.program import children
 
     ds = SyntheticTensors(x[0], y[0], length=cfg.batch_size * 8)
     loader = torch.utils.data.DataLoader(
         ds, batch_size=cfg.batch_size, shuffle=False, drop_last=True, num_workers=cfg.loader_workers,
-        pin_memory=dev.type != "cpu" and not dev.emulated, persistent_workers=cfg.loader_workers > 0)
+        pin_memory=dev.type != "cpu" and not dev.emulated, persistent_workers=cfg.loader_workers > 0,
+        worker_init_fn=children.worker_init() if cfg.loader_workers else None)  # workers die with the bench
     held.loader = loader
     nb = dev.type != "cpu"
 

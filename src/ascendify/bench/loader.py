@@ -202,7 +202,12 @@ def measure(dataset, setting: LoaderSetting, *, device=None, batches: int = 8, e
     if n < setting.batch_size:
         raise ValueError(f"the dataset has {len(dataset)} samples, fewer than one batch of {setting.batch_size}")
     subset = Subset(dataset, list(range(n)))
-    loader = DataLoader(subset, shuffle=False, drop_last=True, **setting.loader_kwargs())
+    from ascendify.program import children
+
+    kw = setting.loader_kwargs()
+    if setting.num_workers:
+        kw["worker_init_fn"] = children.worker_init()  # the workers die with the bench, however it ends
+    loader = DataLoader(subset, shuffle=False, drop_last=True, **kw)
     dev_t = device.torch_device if device is not None else torch.device("cpu")
     non_blocking = setting.pin_memory and dev_t.type != "cpu"
     sync = device.synchronize if device is not None else (lambda: None)

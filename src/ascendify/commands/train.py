@@ -114,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _relaunch(args: argparse.Namespace) -> int:
     """Start ``--nproc`` copies of this command under torchrun (one per process), without ``--nproc``."""
-    import subprocess
+    from ascendify.program import children
 
     argv = sys.argv[1:] if sys.argv[1:2] == ["train"] else ["train", *sys.argv[sys.argv.index("train") + 1:]]
     cleaned, skip = [], False
@@ -130,4 +130,4 @@ def _relaunch(args: argparse.Namespace) -> int:
         cleaned.append(a)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={args.nproc}",
            "-m", "ascendify", *cleaned]
-    return subprocess.call(cmd)
+    return children.call(cmd)  # torchrun and its workers die with this process; Ctrl-C is passed on

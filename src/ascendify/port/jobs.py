@@ -16,12 +16,15 @@ from __future__ import annotations
 
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from ascendify.program import children
 
 
 @dataclass
@@ -91,6 +94,7 @@ def child_env(lanes: int, extra: dict[str, str] | None = None, drop: tuple[str, 
     return env
 
 
+@children.terminate_raises()  # SIGTERM, SIGHUP: unwind as Ctrl-C does (run_jobs' finally stops the children)
 def run_jobs(
     jobs: list[Job],
     *,
@@ -112,30 +116,34 @@ def run_jobs(
     try:
         _loop(pending, running, by_name, lanes, log_dir, on_done, poll, on_tick)
     finally:  # interrupted (Ctrl-C: the children have their own sessions and do not see it): stop them all
-        _stop_all(list(running.values()))
+        _stop_all(list(running.values()), _stop_signal())
 
 
-def _stop_all(entries, grace: float = 5.0) -> None:
+def _stop_signal() -> int:
+    """How to ask the children to stop, in run_jobs' ``finally``: SIGTERM when a SIGTERM (or SIGHUP) is what is
+    unwinding, else as Ctrl-C would."""
+    return signal.SIGTERM if isinstance(sys.exc_info()[1], children.Terminated) else signal.SIGINT
+
+
+def _stop_all(entries, sig: int = signal.SIGINT, grace: float = 5.0) -> None:
     """Stop running children: Ctrl-C first (each gets ``grace`` seconds to write what it has, as a program
-    interrupted by hand would), then SIGKILL for what is left."""
-    import signal
-
-    for _j, proc, _fh in entries:
-        try:
-            os.killpg(proc.pid, signal.SIGINT)
-        except (ProcessLookupError, PermissionError):
-            pass
-    deadline = time.monotonic() + grace
-    left = list(entries)
-    while left and time.monotonic() < deadline:
-        left = [(j, p, fh) for j, p, fh in left if not _reap(j, p)]
-        if left:
-            time.sleep(0.05)
-    for j, proc, _fh in left:
-        _kill(proc)
-        _reap(j, proc, block=True)
-    for _j, _proc, fh in entries:
-        fh.close()
+    interrupted by hand would), then SIGKILL for what is left. After SIGTERM (``sig``) they get a second at
+    most, and a second Ctrl-C (or SIGTERM) while they stop cuts the wait short: nothing is left running."""
+    with children.deferred_signals(redeliver=False) as again:
+        for _j, proc, _fh in entries:
+            children.kill_group(proc, sig)
+        deadline = time.monotonic() + (grace if sig == signal.SIGINT else min(grace, 1.0))
+        left = list(entries)
+        while left and time.monotonic() < deadline and not again:
+            left = [(j, p, fh) for j, p, fh in left if not _reap(j, p)]
+            if left:
+                time.sleep(0.05)
+        for _j, proc, _fh in entries:  # what is left, and what a child that stopped left behind in its group
+            _kill(proc)
+        for j, proc, _fh in left:
+            _reap(j, proc, block=True)
+        for _j, _proc, fh in entries:
+            fh.close()
 
 
 STOP_GRACE = 10.0  # seconds a job asked to stop at its stop_after has to write what it found, then killed
@@ -160,8 +168,9 @@ def _loop(pending, running, by_name, lanes, log_dir, on_done, poll, on_tick=None
             if any(r[0].exclusive for r in running.values()) or (j.exclusive and running):
                 continue  # a timing job runs alone: nothing beside it, and it waits for the machine to be free
             pending.remove(j)
-            running_entry = _start(j, log_dir)
-            running[running_entry[1].pid] = running_entry
+            with children.deferred_signals():  # a Ctrl-C while the child starts acts once it is in ``running``
+                running_entry = _start(j, log_dir)
+                running[running_entry[1].pid] = running_entry
         if not running:
             if pending:  # nothing runs and nothing could start: they wait on each other
                 for j in pending:
@@ -213,8 +222,8 @@ def _start(j: Job, log_dir: Path | None):
     fh.flush()
     j.started = time.monotonic()
     try:
-        proc = subprocess.Popen(j.command(), stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT,
-                                env=j.env, cwd=j.cwd, start_new_session=True)
+        proc = children.popen(j.command(), stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT,
+                              env=j.env, cwd=j.cwd)  # its own process group, and it dies with this process
     except OSError as e:  # the interpreter cannot be started: report it as the job's failure
         fh.write(f"cannot start: {e}\n".encode())
         proc = subprocess.Popen([sys.executable, "-c", "raise SystemExit(127)"], stdout=fh, stderr=fh)
@@ -249,12 +258,7 @@ def _signal(proc: subprocess.Popen, name: str) -> None:
 
 
 def _kill(proc: subprocess.Popen) -> None:
-    import signal
-
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)  # its own session: the job and anything it started
-    except (ProcessLookupError, PermissionError):
-        pass
+    children.kill_group(proc, signal.SIGKILL)  # its own session: the job and anything it started
 
 
 def _finish(j: Job, fh) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import runpy
+import signal
 import sys
 import sysconfig
 import traceback
@@ -241,15 +242,30 @@ def relaunch_torchrun(torchrun_args: list[str], ascendify_args: list[str], *, wh
         print(f"{who}: torchrun --no-python runs a program that is not Python: it cannot run under ascendify",
               file=sys.stderr)
         return 2
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+
+    from ascendify.program import children
+
     inner = ["-m", a.training_script] if a.module else [a.training_script]
     a.training_script_args = [*ascendify_args, *inner, *a.training_script_args]
     a.training_script = "ascendify"
     a.module = True
+    saved = os.environ.get(children.PARENT_VAR)
+    children.mark_parent()  # each worker (python -m ascendify ...) dies with this launcher, however it ends
     try:
         torchrun(a)
     except SystemExit as e:
         return exit_code(e)
+    except SignalException as e:  # Ctrl-C, SIGTERM: torchrun stopped its workers; exit as the signal would
+        if e.sigval == signal.SIGINT:
+            print(f"{who}: interrupted", file=sys.stderr)
+        return 128 + int(e.sigval)
     except Exception as e:  # ChildFailedError
         print(f"{who}: torchrun failed: {e.__class__.__name__}", file=sys.stderr)
         return 1
+    finally:
+        if saved is None:
+            os.environ.pop(children.PARENT_VAR, None)
+        else:
+            os.environ[children.PARENT_VAR] = saved
     return 0
