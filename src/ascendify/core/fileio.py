@@ -10,11 +10,13 @@ b'hello'
 from __future__ import annotations
 
 import csv
+import errno
 import io
 import json
 import os
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -107,3 +109,35 @@ def write_csv(path: str | os.PathLike[str], header: Sequence[str], rows: Iterabl
     for r in rows:
         w.writerow(["" if v is None else v for v in r])
     write_atomic(path, buf.getvalue())
+
+
+class FolderBusy(OSError):
+    """Another process holds the folder's lock (see :func:`folder_lock`)."""
+
+
+@contextmanager
+def folder_lock(path: str | os.PathLike[str]) -> Iterator[None]:
+    """Hold an exclusive lock on the folder ``path`` (made when missing) while a run writes into it; raises
+    :class:`FolderBusy` at once when another process holds it (two runs never write one folder together).
+
+    The lock is ``flock`` on the folder itself: it adds no file, and it ends with the process however the
+    process ends (killed too), so a lock is never left stale. Where ``flock`` is missing it does nothing.
+    """
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX
+        yield
+        return
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise FolderBusy(errno.EBUSY, "another process is writing into this folder", str(path)) from None
+        except OSError:  # a file system without flock: no lock, as before
+            pass
+        yield
+    finally:
+        os.close(fd)

@@ -90,7 +90,7 @@ def write(report: dict[str, Any], results: list[FileResult], out_dir: Path) -> l
         for r in results:
             for f in r.findings:
                 if f.kind in kinds:
-                    yield r.path, f
+                    yield f.where(r.path), f
 
     files = {
         "report.md": None,
@@ -133,7 +133,7 @@ def api_groups(results: list[FileResult]) -> list[dict[str, Any]]:
             g = groups.setdefault((f.api, f.message), {"api": f.api, "calls": 0, "where": [], "severity": f.severity,
                                                        "limit": f.gloss or f.message})
             g["calls"] += int(m.group(1)) if m else 1
-            g["where"].append(f"{r.path}:{f.line}")
+            g["where"].append(f"{f.where(r.path)}:{f.line}")
     return sorted(groups.values(), key=lambda g: (-g["calls"], g["api"]))
 
 
@@ -179,9 +179,9 @@ def markdown(report: dict[str, Any], results: list[FileResult]) -> str:
                      f"{s['report_only']} | {s['unsupported']} | {s['api_notes']} | {s['advice']} |")
     skipped = [r for r in results if r.status == "skipped"]
     if skipped:
-        lines += ["", "## Skipped files (copied unchanged)", ""]
-        lines += [f"- `{r.path}`: {r.reason}" for r in skipped]
-    need = [(r.path, f) for r in results for f in r.findings if f.kind == REPORT]
+        lines += ["", "## Skipped files", ""]
+        lines += [f"- `{r.path}`: {r.reason}" + (" (copied unchanged)" if r.copied else "") for r in skipped]
+    need = [(f.where(r.path), f) for r in results for f in r.findings if f.kind == REPORT]
     if need:
         lines += ["", f"## {NEEDS_A_PERSON}", "", "| file:line | rule | severity | API | reason | tip |",
                   "|---|---|---|---|---|---|"]
@@ -201,7 +201,7 @@ def markdown(report: dict[str, Any], results: list[FileResult]) -> str:
         lines += ["", "## Custom CUDA ops (need an NPU implementation)", "", "| file:line | kind | op |", "|---|---|---|"]
         lines += [f"| {_md_cell(p)}:{o['line']} | {o['kind']} | `{o['namespace'] + '::' if o['namespace'] else ''}"
                   f"{o['op']}` |" for p, o in ops]
-    adv = [(r.path, f) for r in results for f in r.findings if f.kind == ADVICE]
+    adv = [(f.where(r.path), f) for r in results for f in r.findings if f.kind == ADVICE]
     if adv:
         lines += ["", "## Advice", ""]
         lines += [f"- {p}:{f.line} `{f.api}`: {f.message}; {f.tip}" for p, f in adv]
