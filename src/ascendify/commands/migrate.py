@@ -202,7 +202,7 @@ def _convert(args: argparse.Namespace, tasks: list, mode: str, jobs: int, report
 
         if marker_incomplete(out):
             console.print(f"{out} was left incomplete by an interrupted run: this run completes it",
-                          highlight=False)
+                          highlight=False, soft_wrap=True)
         if not args.force:  # hand edits in an earlier output are kept, never overwritten
             tasks, kept = handedits.plan_keeps(out, tasks)
         else:
