@@ -667,16 +667,22 @@ def _keep_parsable(src: SourceFile, tree: ast.Module, findings: list[Finding]) -
 
 
 def _still_parses(src: SourceFile, tree: ast.Module, edits: list[Edit]) -> bool:
-    """Whether the text with ``edits`` applied parses, parsing only the top-level statements they touch.
+    """Whether the text with ``edits`` applied parses, parsing only the statements they touch.
 
-    The file is cut at the line starts of its top-level statements (decorators included; statements sharing
-    a line stay together); every piece parsed on its own before, so the result parses when each touched
-    piece, with its edits, still does. Parsing is most of a run's time: a file with one change is not parsed
-    a second time whole.
+    An edit inside a nested statement is checked by parsing that statement alone (see :mod:`.reparse`); the
+    others by parsing the top-level statements they touch: the file is cut at the line starts of its top-level
+    statements (decorators included; statements sharing a line stay together); every piece parsed on its own
+    before, so the result parses when each touched piece, with its edits, still does. Parsing is most of a
+    run's time: a file with one change is not parsed a second time whole.
     """
-    bounds = _bounds(src, tree)
-    pieces = sorted({i for e in edits for i in _pieces(bounds, e)})
+    from .reparse import unvouched
+
     ordered = EditList(edits)
+    left = unvouched(src, tree, edits, ordered)
+    if not left:
+        return True
+    bounds = _bounds(src, tree)
+    pieces = sorted({i for e in left for i in _pieces(bounds, e)})
     for a, b in _runs(pieces):
         lo, hi = bounds[a], min(bounds[b], len(src.text))
         try:
@@ -687,9 +693,10 @@ def _still_parses(src: SourceFile, tree: ast.Module, edits: list[Edit]) -> bool:
 
 
 def _pieces(bounds: list[int], e: Edit) -> range:
-    """Indexes of the pieces ``[bounds[i], bounds[i+1])`` that edit ``e`` touches (an insertion: the one it is in)."""
+    """Indexes of the pieces ``[bounds[i], bounds[i+1])`` that edit ``e`` touches (an insertion: the one it is in);
+    an edit that ends where a piece starts (it replaced the line break before it) touches that piece too."""
     first = bisect_right(bounds, e.start) - 1
-    last = bisect_right(bounds, max(e.start, e.end - 1)) - 1
+    last = bisect_right(bounds, e.end) - 1
     return range(first, last + 1)
 
 

@@ -462,15 +462,15 @@ def run_tasks(tasks: list[Task], jobs: int, progress=None) -> list[tuple[FileRes
         return out
     import multiprocessing
 
-    order = sorted(range(len(tasks)), key=lambda i: -sizes[i])
     results: list = [None] * len(tasks)
     ctx = multiprocessing.get_context("fork") if "fork" in multiprocessing.get_all_start_methods() else None
     pool = (ctx or multiprocessing).Pool(jobs, initializer=_worker_start, initargs=(os.getpid(),))
     try:
         done = 0
-        for i, r in pool.imap_unordered(_process_at, [(i, tasks[i]) for i in order], chunksize=1):
-            results[i] = r
-            done += sizes[i]
+        for unit in pool.imap_unordered(_process_unit, _units(tasks, sizes, jobs), chunksize=1):
+            for i, r in unit:
+                results[i] = r
+                done += sizes[i]
             if progress:
                 progress(done, total)
         pool.close()
@@ -482,11 +482,33 @@ def run_tasks(tasks: list[Task], jobs: int, progress=None) -> list[tuple[FileRes
     return results
 
 
+UNITS_PER_JOB = 8  # pieces of work per process: enough to even out the end, few enough to cost little to send
+
+
+def _units(tasks: list[Task], sizes: list[int], jobs: int) -> list[list[tuple[int, Task]]]:
+    """The tasks in pieces of work for the pool, largest first (a large file last would keep one process busy
+    while the others wait): a file of a piece's share or more alone, the smaller ones together (sending a
+    piece to a process and its results back costs about as much as converting a small file)."""
+    share = max(1, sum(sizes) // (jobs * UNITS_PER_JOB))
+    units: list[list[tuple[int, Task]]] = []
+    unit: list[tuple[int, Task]] = []
+    filled = 0
+    for i in sorted(range(len(tasks)), key=lambda i: -sizes[i]):
+        unit.append((i, tasks[i]))
+        filled += sizes[i]
+        if filled >= share:
+            units.append(unit)
+            unit, filled = [], 0
+    if unit:
+        units.append(unit)
+    return units
+
+
+def _process_unit(unit: list[tuple[int, Task]]) -> list[tuple[int, tuple[FileResult, str | None]]]:
+    return [(i, process(t)) for i, t in unit]
+
+
 BIG_FILE = 1 << 20  # a file this large reports progress while it is converted (one process converting it)
-
-
-def _process_at(item: tuple[int, Task]) -> tuple[int, tuple[FileResult, str | None]]:
-    return item[0], process(item[1])
 
 
 def _worker_start(parent: int) -> None:
