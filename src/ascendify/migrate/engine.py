@@ -38,6 +38,7 @@ from .model import (
 from .rules import RULES, Rule
 from .rules.base import NPU
 from .rules.base import UNSAFE as UNSAFE_GRADE
+from .scripts import runs_as_program
 from .source import SourceFile
 from .spans import Grid
 from .walk import Index
@@ -768,6 +769,7 @@ def _migrate_source(data: bytes | str, options: Options, path: str, progress) ->
             except SyntaxError:  # pragma: no cover - breaks fall inside brackets only
                 pass
         result.status = "changed" if new_text != src.text else "unchanged"
+    result.program = runs_as_program(src.text, tree)
     progress(1.0)
     findings.sort(key=lambda f: (f.line, f.rule, f.kind))
     result.findings = findings

@@ -87,6 +87,7 @@ class FileResult:
     # how the run handled the file (not in the report): copied to the output as it is; the SHA-256 of the input
     # and of what was written (the output's marker); --inplace: the converted copy waiting to be swapped in
     copied: bool = False
+    program: bool | None = None  # a program to run (see scripts.runs_as_program); None: not looked at
     src_sha: str = ""
     out_sha: str = ""
     pending: str = ""

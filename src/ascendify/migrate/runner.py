@@ -149,11 +149,13 @@ def write_marker(out: Path, *, target: str, inputs: list[str], files: dict | Non
 
     ``complete=False`` is written before a run writes anything: an output that a run left half-written (Ctrl-C,
     a full disk, a kill) says so, and the next run into it recognises it as its own and completes it."""
+    import json
+
     from ascendify import __version__
 
-    fileio.write_json(out / OUTPUT_MARKER, {"tool": f"ascendify {__version__}", "what": "ascendify migrate output",
-                                            "complete": complete, "target": target, "inputs": inputs,
-                                            "files": files or {}})
+    marker = {"tool": f"ascendify {__version__}", "what": "ascendify migrate output", "complete": complete,
+              "target": target, "inputs": inputs, "files": files or {}}
+    fileio.write_atomic(out / OUTPUT_MARKER, json.dumps(marker, indent=2, ensure_ascii=False) + "\n", durable=False)
 
 
 def marker_incomplete(out: Path) -> bool:
@@ -335,6 +337,8 @@ def _process(task: Task, res: FileResult, step=None) -> tuple[FileResult, str | 
         res.lines = data.count(b"\n") + (0 if data.endswith(b"\n") or not data else 1)
         if not prefilter(with_torch).search(data):
             res.status = "unchanged"
+            if b"__main__" in data and b"__name__" in data:
+                res.program = True  # else left to the summary's next step to find out, if it needs to
             _copy(task, res, data)
             return res, None
         try:
