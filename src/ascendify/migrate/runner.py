@@ -49,6 +49,12 @@ def prefilter(with_torch: bool) -> re.Pattern[bytes]:
     return re.compile(alt, re.I)
 
 
+def worth_parsing(data: bytes, with_torch: bool) -> bool:
+    """``data`` (a Python file) has a token some rule acts on (see :func:`prefilter`); a file that names torch
+    is found without the pattern when torch is one of them."""
+    return with_torch and b"torch" in data or prefilter(with_torch).search(data) is not None
+
+
 @dataclass(frozen=True)
 class Task:
     src: str  # absolute path
@@ -180,6 +186,15 @@ def _write_error(e: OSError, path: str) -> WriteError:
     return WriteError(e.errno, e.strerror or str(e), path)
 
 
+_MADE: set[Path] = set()  # output folders this process made or saw (one mkdir per folder, not per file)
+
+
+def _folder(path: Path) -> None:
+    if path not in _MADE:
+        path.mkdir(parents=True, exist_ok=True)
+        _MADE.add(path)
+
+
 INPLACE_SUFFIX = ".ascendify-inplace.tmp"
 
 
@@ -216,7 +231,7 @@ def _copy(task: Task, res: FileResult, data: bytes | None = None) -> None:
         return
     src, dst = Path(task.src), Path(task.dst)
     try:
-        dst.parent.mkdir(parents=True, exist_ok=True)
+        _folder(dst.parent)
         if src.is_symlink():
             if dst.is_symlink() or dst.exists():
                 dst.unlink()
@@ -325,7 +340,7 @@ def _process(task: Task, res: FileResult, step=None) -> tuple[FileResult, str | 
     if notebook:
         from .notebook import NotebookError, migrate_notebook
 
-        if not prefilter(with_torch).search(data):
+        if not worth_parsing(data, with_torch):
             res.status = "unchanged"
             _copy(task, res, data)
             return res, None
@@ -335,7 +350,7 @@ def _process(task: Task, res: FileResult, step=None) -> tuple[FileResult, str | 
             return _skip(task, res, f"not a notebook this can read: {e}", data)
     else:
         res.lines = data.count(b"\n") + (0 if data.endswith(b"\n") or not data else 1)
-        if not prefilter(with_torch).search(data):
+        if not worth_parsing(data, with_torch):
             res.status = "unchanged"
             if b"__main__" in data and b"__name__" in data:
                 res.program = True  # else left to the summary's next step to find out, if it needs to
@@ -449,6 +464,7 @@ def run_tasks(tasks: list[Task], jobs: int, progress=None) -> list[tuple[FileRes
     With ``jobs > 1`` the files go to a pool of worker processes, largest first (a large file last would keep
     one worker busy while the others wait). The workers die with this process, however it ends (see
     :func:`_worker_start`); an error or Ctrl-C here stops them at once."""
+    _MADE.clear()  # folders can go between runs in one process
     sizes = [_size(t) for t in tasks]
     total = sum(sizes) or 1
     if jobs <= 1 or len(tasks) < 4:
