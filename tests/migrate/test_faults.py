@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -147,13 +148,15 @@ def test_ctrl_c_during_o_leaves_an_output_marked_incomplete_that_the_rerun_compl
     assert marker(out)["complete"] is True and set(marker(out)["files"]) == set(files(clean)) - {OUTPUT_MARKER}
 
 
-def test_a_full_disk_names_the_file_and_the_rerun_completes(tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_a_full_disk_names_the_file_and_the_rerun_completes(tmp_path, monkeypatch, capsys, jobs):
     src, out = tree(tmp_path), tmp_path / "out"
     with monkeypatch.context() as m:
-        seen = fail_at(m, 2, OSError(errno.ENOSPC, "No space left on device"))  # as f.write() raises it
-        assert run(src, "-o", out, "-q", "--jobs", "1") == 4
+        # the marker is the first write; then each process's first converted file fails, as f.write() fails
+        fail_at(m, 2, OSError(errno.ENOSPC, "No space left on device"))
+        assert run(src, "-o", out, "-q", "--jobs", jobs) == 4
     err = capsys.readouterr().err
-    assert f"cannot write {seen[1]}: No space left on device" in err
+    assert re.search(rf"cannot write {re.escape(str(out))}/(sub/s|m\d)\.py: No space left on device;", err), err
     assert "is incomplete (its marker says so)" in err and "Traceback" not in err
     assert marker(out)["complete"] is False
     assert run(src, "-o", out, "-q", "--jobs", "1") == 0
@@ -286,6 +289,10 @@ def test_workers_end_with_the_parent(tmp_path, sig):
         while any(map(_alive, workers)) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert not any(map(_alive, workers))
+        if sig == signal.SIGTERM:  # stopped as Ctrl-C stops it: the workers' temporary files removed, marked
+            assert p.returncode == 143
+            assert json.loads((out / OUTPUT_MARKER).read_text())["complete"] is False
+            assert not list(out.rglob("*.tmp"))
     finally:
         p.kill()
         p.wait()

@@ -162,9 +162,10 @@ def run(args: argparse.Namespace) -> int:
     if report_dir is None and mode == "write":
         report_dir = args.output.parent / f"{args.output.name}_migration_report"
     # one run at a time into an output (and its report): a second one is refused, never mixed in
-    locked = [d for d in (args.output if mode == "write" else None, report_dir) if d is not None]
     with contextlib.ExitStack() as held:
-        for d in locked:
+        for d in (args.output if mode == "write" else None, report_dir):
+            if d is None:
+                continue
             try:
                 held.enter_context(folder_lock(d))
             except FolderBusy:
@@ -172,12 +173,12 @@ def run(args: argparse.Namespace) -> int:
                               "choose another folder")
             except OSError as e:
                 return _usage(f"{d}: cannot write here ({e.strerror or e})")
-        if mode == "write" and not args.force:
-            foreign = foreign_output(args.output)
-            if foreign:
-                return _usage(f"the output folder {args.output} is not empty and was not written by ascendify "
-                              f"migrate (it holds {foreign}; no {OUTPUT_MARKER} marker): choose a new folder, "
-                              "or pass --force")
+            if d is args.output and not args.force:  # checked with the lock held (before the report folder)
+                foreign = foreign_output(args.output)
+                if foreign:
+                    return _usage(f"the output folder {args.output} is not empty and was not written by "
+                                  f"ascendify migrate (it holds {foreign}; no {OUTPUT_MARKER} marker): choose a "
+                                  "new folder, or pass --force")
         return _convert(args, tasks, mode, jobs, report_dir)
 
 
@@ -216,6 +217,15 @@ def _convert(args: argparse.Namespace, tasks: list, mode: str, jobs: int, report
     t0 = time.perf_counter()
     progress = _progress_bar(console, tasks, args.quiet)
     rewritten: list[str] = []  # --inplace: the inputs already replaced by their conversion
+    import signal
+
+    def terminated(signum, frame):  # SIGTERM (`timeout`, a job scheduler) ends the run as Ctrl-C does
+        raise _Terminated(128 + signum)
+
+    try:
+        previous = signal.signal(signal.SIGTERM, terminated)
+    except ValueError:  # not the main thread: SIGTERM keeps its action
+        previous = None
     try:
         pairs = run_tasks(tasks, jobs, progress)
         results = [r for r, _ in pairs]
@@ -226,7 +236,9 @@ def _convert(args: argparse.Namespace, tasks: list, mode: str, jobs: int, report
 
             handedits.mark_kept(results, kept)
             write_marker(out, target=args.target, inputs=inputs, files=handedits.records(out, planned, kept, results))
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, _Terminated):
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
         if progress is not None:
             progress.stop()
         if mode == "inplace" and not rewritten:
@@ -253,6 +265,8 @@ def _convert(args: argparse.Namespace, tasks: list, mode: str, jobs: int, report
                     f"; {shared.plural(len(rewritten), 'file')} had been rewritten already: " + ", ".join(rewritten))
         return _io_error(msg)
     finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
         if progress is not None:
             progress.stop()
     seconds = time.perf_counter() - t0
@@ -292,6 +306,10 @@ def _convert(args: argparse.Namespace, tasks: list, mode: str, jobs: int, report
     if t["skipped"]:
         return EXIT_SKIPPED
     return EXIT_OK
+
+
+class _Terminated(SystemExit):
+    """SIGTERM during the conversion: the workers are stopped and the output marked, then the exit (143)."""
 
 
 def _io_error(msg: str) -> int:

@@ -103,8 +103,8 @@ def plan(paths: list[Path], out: Path | None, mode: str, options: Options, max_b
                 dst = str(f)
             tasks.append(Task(str(f), key, dst, mode, options, max_bytes))
         for folder, why in unreadable:
-            rel = folder.relative_to(base).as_posix() if folder != base else "."
-            key = (f"{p.name}/{rel}" if multi and p.is_dir() else rel) + "/"
+            rel = folder.relative_to(base).as_posix() if folder != base else ""
+            key = (f"{p.name}/{rel}" if multi or not rel else rel).rstrip("/") + "/"
             tasks.append(Task(str(folder), key, None, mode, options, max_bytes,
                               problem=f"cannot read this folder: {why}"))
     return tasks
