@@ -684,6 +684,13 @@ def _still_parses(src: SourceFile, tree: ast.Module, edits: list[Edit]) -> bool:
         return True
     bounds = _bounds(src, tree)
     pieces = sorted({i for e in left for i in _pieces(bounds, e)})
+    if sum(bounds[i + 1] - bounds[i] for i in pieces) > len(src.text) // 2:
+        # most of the file (a generated file of top-level statements): one parse beats thousands of small ones
+        try:
+            ast.parse(ordered.apply(src.text))
+        except SyntaxError:
+            return False
+        return True
     for a, b in _runs(pieces):
         lo, hi = bounds[a], min(bounds[b], len(src.text))
         try:
@@ -769,7 +776,7 @@ def _migrate_source(data: bytes | str, options: Options, path: str, progress) ->
             except SyntaxError:  # pragma: no cover - breaks fall inside brackets only
                 pass
         result.status = "changed" if new_text != src.text else "unchanged"
-    result.program = runs_as_program(src.text, tree)
+    result.program = runs_as_program(src.text, tree, ctx.index)
     progress(1.0)
     findings.sort(key=lambda f: (f.line, f.rule, f.kind))
     result.findings = findings

@@ -25,6 +25,7 @@ from .model import Edit
 from .source import SourceFile
 
 _BLOCK_FIELDS = ("body", "orelse", "finalbody")
+SMALL = 8  # lines: a top-level statement this short is parsed whole, not looked into
 
 
 Item = tuple[int, int, ast.stmt]  # a statement's character span, and the statement
@@ -123,7 +124,14 @@ def unvouched(src: SourceFile, tree: ast.Module, edits: list[Edit], ordered) -> 
     stmts = Statements(src, tree)
     units: dict[int, tuple[tuple[int, int, str], list[int]]] = {}  # id(statement) -> (lines, ids of its ancestors)
     left: list[Edit] = []
+    body = tree.body
+    firsts = stmts._first_lines(body)
     for e in edits:
+        if e.start != e.end:
+            i = bisect_right(firsts, src.line_of(e.start)) - 1
+            if i >= 0 and body[i].end_lineno - firsts[i] < SMALL and src.line_of(e.end) <= body[i].end_lineno:
+                left.append(e)  # in a short top-level statement: parsing it whole costs no more
+                continue
         chain = stmts.chain(e)
         if e.start == e.end and _whole_lines_between(stmts, chain, e):
             continue

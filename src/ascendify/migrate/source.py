@@ -17,6 +17,7 @@ import codecs
 import io
 import re
 import tokenize
+from bisect import bisect_right
 from dataclasses import dataclass, field
 from itertools import accumulate, repeat
 from operator import add
@@ -99,14 +100,7 @@ class SourceFile:
 
     def line_of(self, offset: int) -> int:
         """1-based line number of a character offset."""
-        lo, hi = 0, len(self.line_starts) - 1
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if self.line_starts[mid] <= offset:
-                lo = mid
-            else:
-                hi = mid - 1
-        return lo + 1
+        return bisect_right(self.line_starts, offset) or 1
 
     def line_count(self) -> int:
         n = len(self.line_starts)
