@@ -76,3 +76,16 @@ def test_a_large_file_reports_progress_while_it_is_converted(tmp_path, monkeypat
     assert all(t == total for _, t in seen) and seen[-1][0] == total
     steps = [d for d, _ in seen]
     assert steps == sorted(steps) and len([d for d in steps if 0 < d < total]) >= 5
+
+
+def test_the_terminal_shows_a_bar_while_a_large_file_is_converted(tmp_path, monkeypatch, capsys):
+    from ascendify import cli
+
+    path = tmp_path / "big.py"
+    path.write_text(generated(40))
+    monkeypatch.setattr(runner, "BIG_FILE", 1000)
+    monkeypatch.setenv("FORCE_COLOR", "1")  # a terminal, for rich
+    monkeypatch.setenv("COLUMNS", "80")
+    assert cli.main(["migrate", str(path), "-o", str(tmp_path / "o")]) == 0
+    out = capsys.readouterr().out
+    assert "migrating big.py" in out and "100%" in out

@@ -321,15 +321,15 @@ class _Bar:
     """The terminal's progress bar, started at the first news (after the worker processes are started: no
     thread of its own runs while they are forked)."""
 
-    def __init__(self, console, total_files: int):
-        self.console, self.total_files, self.bar, self.task = console, total_files, None, None
+    def __init__(self, console, what: str):
+        self.console, self.what, self.bar, self.task = console, what, None, None
 
     def __call__(self, done: float, total: float) -> None:
         if self.bar is None:
             from rich.progress import Progress
 
             self.bar = Progress(console=self.console, transient=True)
-            self.task = self.bar.add_task(f"migrating {self.total_files} files", total=total)
+            self.task = self.bar.add_task(f"migrating {self.what}", total=total)
             self.bar.start()
         self.bar.update(self.task, completed=done)
 
@@ -347,7 +347,9 @@ def _progress_bar(console, tasks: list, quiet: bool) -> _Bar | None:
 
     if len(tasks) <= 20 and not any(_bytes(t.src) > BIG_FILE for t in tasks):
         return None
-    return _Bar(console, len(tasks))
+    from ascendify.report import plural
+
+    return _Bar(console, Path(tasks[0].rel).name if len(tasks) == 1 else plural(len(tasks), "file"))
 
 
 def _bytes(path: str) -> int:

@@ -528,7 +528,7 @@ def _process_unit(unit: list[tuple[int, Task]]) -> list[tuple[int, tuple[FileRes
     return [(i, process(t)) for i, t in unit]
 
 
-BIG_FILE = 1 << 20  # a file this large reports progress while it is converted (one process converting it)
+BIG_FILE = 256 << 10  # a file this large (a second of work or more) reports progress while it is converted
 
 
 def _worker_start(parent: int) -> None:
