@@ -402,8 +402,9 @@ def swap_inplace(results: list[FileResult], tasks: list[Task], done: list[str]) 
     stay as they were)."""
     import signal
 
-    held = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    held = {getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name)}
+    mask = getattr(signal, "pthread_sigmask", None)  # POSIX; elsewhere the renames are not shielded
+    old = mask(signal.SIG_BLOCK, held) if mask else None
     try:
         for r, t in zip(results, tasks, strict=True):
             if r.pending:
@@ -415,7 +416,8 @@ def swap_inplace(results: list[FileResult], tasks: list[Task], done: list[str]) 
                 done.append(t.src)
     finally:
         discard_inplace(tasks)
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        if mask:
+            mask(signal.SIG_SETMASK, old)
 
 
 def discard_inplace(tasks: list[Task]) -> None:
