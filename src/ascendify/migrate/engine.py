@@ -88,7 +88,8 @@ class Context:
         self.index = Index(tree)
         self.imports = ImportTable.from_nodes(self.index.imports, self.index.top_ids)
         self.qname = self.imports.qualify  # the rules' most frequent call: one Python frame, not two
-        self.roles = Roles(tree, self.imports, self.index)
+        self._roles: Roles | None = None
+        self.low = src.text.lower()  # for the rules' token filters and the checks after the rules
         self.findings: list[Finding] = []
         self.need_imports: list[str] = []  # modules to import at the top ("torch_npu", "torch")
         self.claimed: set[int] = set()
@@ -100,6 +101,14 @@ class Context:
         self._dt_state: str | None = None
         self.need_helpers: list[str] = []  # portable: helper classes to define after the imports (HostEvent)
         self._helper_states: dict[str, str] = {}
+
+    @property
+    def roles(self) -> Roles:
+        """Device and backend positions (data flow), found when a rule first asks: a file that names no CUDA
+        device or backend never needs them."""
+        if self._roles is None:
+            self._roles = Roles(self.tree, self.imports, self.index)
+        return self._roles
 
     # -- names and text ----------------------------------------------------------------------------------
     def qname(self, node: ast.AST) -> str | None:
@@ -437,39 +446,35 @@ def _nested_flags(edits: list[Edit], holed: list[Edit]) -> list[bool]:
 
 
 # ---------------------------------------------------------------------------------------------------------
-def _index(ctx: Context) -> dict[str, list[ast.AST]]:
-    """The nodes of each hook, from the context's single traversal."""
+def _hook_nodes(ctx: Context, hook: str) -> list[ast.AST]:
+    """The nodes of ``hook``, from the context's single traversal."""
     idx = ctx.index
-    names = ctx.imports.names
-    chains = []
-    for node in idx.chains:
-        root = node
-        while type(root) is ast.Attribute:
-            root = root.value
-        if type(root) is ast.Name and root.id in names:
-            chains.append(node)
-    return {
-        "import": idx.imports,
-        "call": idx.calls,
-        "compare": idx.compares,
-        "string": idx.strings,
-        "attribute": idx.attributes,
-        "chain": chains,
-        "device_value": [n for n in ctx.roles.nodes if ctx.roles.get(n) == "device"],
-        "backend_value": [n for n in ctx.roles.nodes if ctx.roles.get(n) == "backend"],
-    }
+    if hook == "chain":
+        names = ctx.imports.names
+        chains = []
+        for node in idx.chains:
+            root = node
+            while type(root) is ast.Attribute:
+                root = root.value
+            if type(root) is ast.Name and root.id in names:
+                chains.append(node)
+        return chains
+    if hook in ("device_value", "backend_value"):
+        role = hook.split("_")[0]
+        return [n for n in ctx.roles.nodes if ctx.roles.get(n) == role]
+    return {"import": idx.imports, "call": idx.calls, "compare": idx.compares, "string": idx.strings,
+            "attribute": idx.attributes}[hook]
 
 
 def run_rules(ctx: Context, rules: list[Rule], progress=_no_progress) -> None:
-    low = ctx.src.text.lower()
+    low = ctx.low
     rules = [r for r in rules if not r.tokens or any(t in low for t in r.tokens)]
-    by_hook = _index(ctx)
     hooks = ("import", "device_value", "backend_value", "call", "chain", "attribute", "compare", "string")
     for n, hook in enumerate(hooks):
         hook_rules = [r for r in rules if hook in r.hooks]
         if not hook_rules:
             continue
-        for node in by_hook[hook]:
+        for node in _hook_nodes(ctx, hook):
             for r in hook_rules:
                 ctx.rule = r
                 r.check(ctx, node)
@@ -736,9 +741,11 @@ def _migrate_source(data: bytes | str, options: Options, path: str, progress) ->
     from .rules.devices import keep_device_tests_whole
     from .rules.leftovers import scan_leftovers
 
-    keep_device_tests_whole(ctx)
+    if "cuda" in ctx.low:  # a device test that still asks for CUDA names it
+        keep_device_tests_whole(ctx)
 
-    scan_leftovers(ctx)
+    if "cud" in ctx.low or "nccl" in ctx.low:  # every CUDA token says cuda, cudnn or nccl
+        scan_leftovers(ctx)
     findings = ctx.findings
     _resolve_conflicts(findings)
     progress(0.8)
