@@ -144,8 +144,8 @@ def run(args: argparse.Namespace) -> int:
     tasks = plan(list(args.paths), args.output, run_mode, options, args.max_size)
     if jobs <= 0:
         jobs = auto_jobs(tasks)
-    convertible = (".py", ".pyi", ".ipynb", *NATIVE_SUFFIXES)
-    if not any(Path(t.src).suffix.lower() in convertible and not t.problem for t in tasks):
+    if not any((t.src.endswith((".py", ".pyi")) or Path(t.src).suffix.lower() in (".ipynb", *NATIVE_SUFFIXES))
+               and not t.problem for t in tasks):
         readable = [t for t in tasks if not t.problem]
         what = "no file at all" if not readable else shared.plural(len(readable), "file") + ", none of them Python"
         if len(readable) < len(tasks):
@@ -163,9 +163,11 @@ def run(args: argparse.Namespace) -> int:
         report_dir = args.output.parent / f"{args.output.name}_migration_report"
     # one run at a time into an output (and its report): a second one is refused, never mixed in
     with contextlib.ExitStack() as held:
+        locked: list[Path] = []
         for d in (args.output if mode == "write" else None, report_dir):
-            if d is None:
+            if d is None or d.resolve() in locked:  # --report OUTDIR: one folder, one lock
                 continue
+            locked.append(d.resolve())
             try:
                 held.enter_context(folder_lock(d))
             except FolderBusy:
@@ -258,7 +260,7 @@ def _convert(args: argparse.Namespace, tasks: list, mode: str, jobs: int, report
         where = f"cannot write {e.filename}" if e.filename else "cannot write"
         msg = f"{where}: {e.strerror or e}"
         if mode == "write":
-            msg += f"; {out} is incomplete (its marker says so): free space and run the same command again"
+            msg += f"; {out} is incomplete (its marker says so): run the same command again once it can be written"
         elif mode == "inplace":
             discard_inplace(tasks)
             msg += ("; no input file was rewritten" if not rewritten else
