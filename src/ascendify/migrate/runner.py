@@ -348,6 +348,8 @@ def _process(task: Task, res: FileResult, step=None) -> tuple[FileResult, str | 
             new, res2 = migrate_notebook(data, task.options, path=task.rel)
         except NotebookError as e:
             return _skip(task, res, f"not a notebook this can read: {e}", data)
+        except (SyntaxError, RecursionError, MemoryError, ValueError) as e:
+            return _skip(task, res, f"cannot analyse: {type(e).__name__}: {e}", data)
     else:
         res.lines = data.count(b"\n") + (0 if data.endswith(b"\n") or not data else 1)
         if not worth_parsing(data, with_torch):
