@@ -98,9 +98,6 @@ def test_every_leftover_cuda_token_is_listed(converted, path):
     _, new, _, _, result2 = out[path]
     text = new.decode("utf-8")
     ctx = Context(SourceFile.from_text(text), ast.parse(text), Options(target=target))
-    from ascendify.migrate.engine import _index
-
-    _index(ctx)
     listed = {line for f in result2.findings if f.kind == "report" for line in range(f.line, f.end_line + 1)}
     for node, what in cuda_tokens(ctx):
         assert node.lineno in listed, f"{path.name}:{node.lineno}: {what} left in the --to {target} output, unlisted"

@@ -57,6 +57,49 @@ def test_partial_reparse_agrees_with_a_full_parse_on_random_edits():
     assert checked > 200 and 0 < broken < checked  # both answers were exercised
 
 
+NESTED = """\
+import torch
+
+
+class Trainer:
+    def step(self, x):
+        y = x.cuda()
+        torch.cuda.synchronize()
+        return y
+
+
+@torch.no_grad()
+def evaluate(m):
+    return m
+"""
+
+
+def test_a_nested_statement_is_checked_alone_and_never_passes_a_broken_file():
+    """An edit inside a nested statement is parsed with that statement alone (under ``if 1:``); the cases that
+    parse there but not in the file (a moved first line, a line break before a top-level statement replaced)
+    are refused, and a statement that grows a block is accepted."""
+    src, tree = SourceFile.from_text(NESTED), ast.parse(NESTED)
+    sync = NESTED.index("torch.cuda.synchronize")
+    at = NESTED.index("@torch")
+    cases = [
+        [Edit(sync, sync + 4, "    ")],  # the statement's first line moves right: unexpected indent
+        [Edit(at - 1, at, "    ")],  # the line break before a decorator becomes spaces
+        [Edit(sync, sync, "\n")],  # the statement starts on the next line, at column 0
+        [Edit(sync, sync + len("torch.cuda.synchronize()"), "if torch.npu.is_available():\n"
+                                                           "            torch.npu.synchronize()")],
+        [Edit(sync + 6, sync + 10, "npu")],
+        [Edit(sync, sync, "else:\n        ")],
+    ]
+    from ascendify.migrate.engine import apply_edits
+
+    answers = []
+    for edits in cases:
+        full = _full_parse_ok(apply_edits(NESTED, edits))
+        assert _still_parses(src, tree, edits) == full, edits
+        answers.append(full)
+    assert answers == [False, False, False, True, True, False]
+
+
 def test_rule_prefilter_does_not_change_a_conversion():
     """Each rule skipped on a file without its tokens would not have acted there: the same file with one of
     a rule's tokens added in a comment converts to the same text (and findings) as without it."""

@@ -120,11 +120,23 @@ def test_a_plain_entry_script_gets_the_next_step_with_its_own_device_flag(tmp_pa
     ("import torch\n\n\ndef main():\n    for x in range(3):\n        pass\n", False),  # definitions only
     ("import torch.nn as nn\n\n\nclass Net(nn.Module):\n    pass\n", False),
     ("x = (1,\n", False),
+    ("import sys\nsys.argv = ['train.py']\n", True),
+    ("import sys\nif sys.argv:\n    pass\n", False),  # a module-level `if`'s test is not its code
+    ("try:\n    pass\nfinally:\n    args = parser.parse_args()\n", True),
+    ("with opened() as f:\n    def run():\n        return sys.argv\n", False),
 ])
 def test_runs_as_program(text, runs):
+    import ast
+
     from ascendify.migrate.report import runs_as_program
+    from ascendify.migrate.walk import Index
 
     assert runs_as_program(text) is runs
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return
+    assert runs_as_program(text, tree, Index(tree)) is runs  # as the conversion finds it, from its index
 
 
 def test_visible_rows_add_up_to_the_total(tmp_path, capsys, monkeypatch):

@@ -9,8 +9,10 @@ listed instead.
 from __future__ import annotations
 
 import ast
+import gc
 import re
 import time
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 
 from . import portable
@@ -36,7 +38,9 @@ from .model import (
 from .rules import RULES, Rule
 from .rules.base import NPU
 from .rules.base import UNSAFE as UNSAFE_GRADE
+from .scripts import runs_as_program
 from .source import SourceFile
+from .spans import Grid
 from .walk import Index
 
 
@@ -69,6 +73,10 @@ def active_rules(options: Options) -> list[Rule]:
 _WS = re.compile(r"\s+")
 
 
+def _no_progress(fraction: float) -> None:
+    pass
+
+
 class Context:
     """What a rule sees: the source, names resolved through imports, device roles, and ways to record results."""
 
@@ -80,7 +88,8 @@ class Context:
         self.index = Index(tree)
         self.imports = ImportTable.from_nodes(self.index.imports, self.index.top_ids)
         self.qname = self.imports.qualify  # the rules' most frequent call: one Python frame, not two
-        self.roles = Roles(tree, self.imports, self.index)
+        self._roles: Roles | None = None
+        self.low = src.text.lower()  # for the rules' token filters and the checks after the rules
         self.findings: list[Finding] = []
         self.need_imports: list[str] = []  # modules to import at the top ("torch_npu", "torch")
         self.claimed: set[int] = set()
@@ -92,6 +101,14 @@ class Context:
         self._dt_state: str | None = None
         self.need_helpers: list[str] = []  # portable: helper classes to define after the imports (HostEvent)
         self._helper_states: dict[str, str] = {}
+
+    @property
+    def roles(self) -> Roles:
+        """Device and backend positions (data flow), found when a rule first asks: a file that names no CUDA
+        device or backend never needs them."""
+        if self._roles is None:
+            self._roles = Roles(self.tree, self.imports, self.index)
+        return self._roles
 
     # -- names and text ----------------------------------------------------------------------------------
     def qname(self, node: ast.AST) -> str | None:
@@ -358,62 +375,110 @@ def nested_in(inner: Edit, outer: Edit) -> bool:
 
 def apply_edits(text: str, edits: list[Edit], start: int = 0, end: int | None = None) -> str:
     """``text[start:end]`` with ``edits`` (absolute offsets) applied, holes filled recursively."""
-    end = len(text) if end is None else end
-    inside = [e for e in edits if start <= e.start and e.end <= end]
-    holed = [e for e in inside if "\x00" in e.text]  # only these can hold others
-    top = [e for e in inside if not any(nested_in(e, o) for o in holed)] if holed else inside
-    out, pos = [], start
-    for e in sorted(top, key=lambda e: (e.start, e.end)):
-        if e.start < pos:  # overlapping edits are resolved before; never apply two over the same text
+    return EditList(edits).apply(text, start, end)
+
+
+class EditList:
+    """Edits sorted by position once, to apply them to any part of a text: each part finds its edits by a
+    binary search instead of a scan of them all (a file with 100,000 edits is re-parsed piece by piece)."""
+
+    __slots__ = ("edits", "starts")
+
+    def __init__(self, edits: list[Edit]):
+        self.edits = sorted(edits, key=lambda e: (e.start, e.end))
+        self.starts = [e.start for e in self.edits]
+
+    def within(self, start: int, end: int) -> list[Edit]:
+        """The edits inside ``[start, end]`` (in position order)."""
+        lo, hi = bisect_left(self.starts, start), bisect_right(self.starts, end)
+        return [e for e in self.edits[lo:hi] if e.end <= end]
+
+    def apply(self, text: str, start: int = 0, end: int | None = None) -> str:
+        return self._apply(text, start, len(text) if end is None else end, frozenset())
+
+    def _apply(self, text: str, start: int, end: int, outer: frozenset[int]) -> str:
+        inside = self.within(start, end)
+        if outer:  # the edits whose holes are being filled
+            inside = [e for e in inside if id(e) not in outer]
+        holed = [e for e in inside if "\x00" in e.text]  # only these can hold others
+        top = [e for e, n in zip(inside, _nested_flags(inside, holed), strict=True) if not n] if holed else inside
+        out, pos = [], start
+        for e in top:
+            if e.start < pos:  # overlapping edits are resolved before; never apply two over the same text
+                continue
+            out.append(text[pos : e.start])
+            if "\x00" in e.text:
+                inner = outer | {id(e)}
+                out.append(_HOLE.sub(lambda m, inner=inner: self._apply(text, int(m.group(1)), int(m.group(2)),
+                                                                        inner), e.text))
+            else:
+                out.append(e.text)
+            pos = e.end
+        out.append(text[pos:end])
+        return "".join(out)
+
+
+def _nested_flags(edits: list[Edit], holed: list[Edit]) -> list[bool]:
+    """``nested_in(e, o)`` for some ``o`` of ``holed``, for each ``e`` of ``edits``: the holes sorted by start with
+    the two largest ends (of two different edits) seen so far, so each answer is a binary search."""
+    spans = sorted((a, b, id(o)) for o in holed for a, b in holes(o))
+    starts = [a for a, _, _ in spans]
+    best: list[tuple[int, int, int]] = []  # (largest end, its edit, largest end of another edit)
+    b1 = b2 = -1
+    o1 = 0
+    for _, b, o in spans:
+        if b > b1:
+            if o != o1:
+                b2 = b1
+            b1, o1 = b, o
+        elif o != o1 and b > b2:
+            b2 = b
+        best.append((b1, o1, b2))
+    flags = []
+    for e in edits:
+        i = bisect_right(starts, e.start) - 1
+        if i < 0:
+            flags.append(False)
             continue
-        out.append(text[pos : e.start])
-        if "\x00" in e.text:
-            pool = [x for x in inside if x is not e]
-            out.append(_HOLE.sub(lambda m, pool=pool: apply_edits(text, pool, int(m.group(1)), int(m.group(2))),
-                                 e.text))
-        else:
-            out.append(e.text)
-        pos = e.end
-    out.append(text[pos:end])
-    return "".join(out)
+        b1, o1, b2 = best[i]
+        flags.append(b1 >= e.end and o1 != id(e) or b2 >= e.end)
+    return flags
 
 
 # ---------------------------------------------------------------------------------------------------------
-def _index(ctx: Context) -> dict[str, list[ast.AST]]:
-    """The nodes of each hook, from the context's single traversal."""
+def _hook_nodes(ctx: Context, hook: str) -> list[ast.AST]:
+    """The nodes of ``hook``, from the context's single traversal."""
     idx = ctx.index
-    names = ctx.imports.names
-    chains = []
-    for node in idx.chains:
-        root = node
-        while type(root) is ast.Attribute:
-            root = root.value
-        if type(root) is ast.Name and root.id in names:
-            chains.append(node)
-    return {
-        "import": idx.imports,
-        "call": idx.calls,
-        "compare": idx.compares,
-        "string": idx.strings,
-        "attribute": idx.attributes,
-        "chain": chains,
-        "device_value": [n for n in ctx.roles.nodes if ctx.roles.get(n) == "device"],
-        "backend_value": [n for n in ctx.roles.nodes if ctx.roles.get(n) == "backend"],
-    }
+    if hook == "chain":
+        names = ctx.imports.names
+        chains = []
+        for node in idx.chains:
+            root = node
+            while type(root) is ast.Attribute:
+                root = root.value
+            if type(root) is ast.Name and root.id in names:
+                chains.append(node)
+        return chains
+    if hook in ("device_value", "backend_value"):
+        role = hook.split("_")[0]
+        return [n for n in ctx.roles.nodes if ctx.roles.get(n) == role]
+    return {"import": idx.imports, "call": idx.calls, "compare": idx.compares, "string": idx.strings,
+            "attribute": idx.attributes}[hook]
 
 
-def run_rules(ctx: Context, rules: list[Rule]) -> None:
-    low = ctx.src.text.lower()
+def run_rules(ctx: Context, rules: list[Rule], progress=_no_progress) -> None:
+    low = ctx.low
     rules = [r for r in rules if not r.tokens or any(t in low for t in r.tokens)]
-    by_hook = _index(ctx)
-    for hook in ("import", "device_value", "backend_value", "call", "chain", "attribute", "compare", "string"):
+    hooks = ("import", "device_value", "backend_value", "call", "chain", "attribute", "compare", "string")
+    for n, hook in enumerate(hooks):
         hook_rules = [r for r in rules if hook in r.hooks]
         if not hook_rules:
             continue
-        for node in by_hook[hook]:
+        for node in _hook_nodes(ctx, hook):
             for r in hook_rules:
                 ctx.rule = r
                 r.check(ctx, node)
+        progress(0.3 + 0.4 * (n + 1) / len(hooks))
     for r in rules:
         if "module" in r.hooks:
             ctx.rule = r
@@ -513,50 +578,31 @@ def _insert_imports(ctx: Context, modules: list[str]) -> Edit | None:
 
 
 def _resolve_conflicts(findings: list[Finding]) -> None:
-    """Overlapping edits: keep the first change, turn the later one into a manual report."""
-    taken: list[Edit] = []
+    """Overlapping edits: keep the first change, turn the later one into a manual report.
+
+    The kept edits are filed by position (:class:`~.spans.Grid`), so each change is checked against the few
+    kept edits near it, not all of them (time linear in the file's size, not quadratic)."""
+    taken = Grid()
     for f in findings:
         if f.kind != CHANGE:
             continue
         clash = any(
             e.start < t.end and t.start < e.end and not nested_in(e, t) and not nested_in(t, e)
             for e in f.edits
-            for t in taken
+            for t in taken.near(e)
         )
         if clash:
             f.kind, f.severity = REPORT, MANUAL
             f.message = f"{f.message} (overlaps another change: convert by hand)"
             f.tip, f.edits, f.after = f.after, [], ""
             continue
-        taken.extend(f.edits)
+        for e in f.edits:
+            taken.add(e)
 
 
-def _keep_parsable(text: str, findings: list[Finding]) -> str:
-    """Add the changes one at a time; one that makes the file unparsable becomes a manual report."""
-    kept: list[Edit] = []
-    for f in findings:
-        if f.kind != CHANGE:
-            continue
-        trial = kept + f.edits
-        try:
-            ast.parse(apply_edits(text, trial))
-        except SyntaxError as e:
-            f.kind, f.severity = REPORT, MANUAL
-            f.message = f"{f.message} (the rewrite did not parse here: {e.msg}; convert by hand)"
-            f.tip, f.edits, f.after = f.after, [], ""
-            continue
-        kept = trial
-    return apply_edits(text, kept)
-
-
-def _still_parses(src: SourceFile, tree: ast.Module, edits: list[Edit]) -> bool:
-    """Whether the text with ``edits`` applied parses, parsing only the top-level statements they touch.
-
-    The file is cut at the line starts of its top-level statements (decorators included; statements sharing
-    a line stay together); every piece parsed on its own before, so the result parses when each touched
-    piece, with its edits, still does. Parsing is most of a run's time: a file with one change is not parsed
-    a second time whole.
-    """
+def _bounds(src: SourceFile, tree: ast.Module) -> list[int]:
+    """Offsets that cut the file into pieces of whole top-level statements (decorators included; statements
+    sharing a line stay together), then the end: each piece parses on its own."""
     starts = src.line_starts
     bounds = [0]
     prev_end = 0
@@ -566,47 +612,143 @@ def _still_parses(src: SourceFile, tree: ast.Module, edits: list[Edit]) -> bool:
             bounds.append(starts[first - 1])
         prev_end = stmt.end_lineno
     bounds.append(len(src.text) + 1)
-    pieces = sorted({i for e in edits for i in _pieces(bounds, e)})
+    return bounds
+
+
+def _runs(pieces: list[int]) -> list[list[int]]:
+    """Sorted piece indexes as ``[first, last + 1]`` runs of consecutive ones."""
     runs: list[list[int]] = []
     for i in pieces:
         if runs and runs[-1][1] == i:
             runs[-1][1] = i + 1
         else:
             runs.append([i, i + 1])
-    for a, b in runs:
+    return runs
+
+
+def _keep_parsable(src: SourceFile, tree: ast.Module, findings: list[Finding]) -> str:
+    """Add the changes one at a time; one that makes the file unparsable becomes a manual report.
+
+    Only the pieces of the file (see :func:`_bounds`) that a change touches are parsed again, with the changes
+    kept there so far; pieces an edit spans are joined first, so every edit lies inside one piece."""
+    text = src.text
+    bounds = _bounds(src, tree)
+    changes = [f for f in findings if f.kind == CHANGE]
+    # join the pieces that one edit spans: a group is then parsed whole
+    joined = [False] * (len(bounds) - 1)  # piece i is in the group of piece i - 1
+    for f in changes:
+        for e in f.edits:
+            r = _pieces(bounds, e)
+            for i in range(r.start + 1, r.stop):
+                joined[i] = True
+    group: list[int] = []
+    first: dict[int, int] = {}
+    last: dict[int, int] = {}
+    for i, j in enumerate(joined):
+        g = group[-1] if j and group else i
+        group.append(g)
+        first.setdefault(g, i)
+        last[g] = i
+    kept_in: dict[int, list[Edit]] = {}
+    kept: list[Edit] = []
+    for f in changes:
+        groups = sorted({group[i] for e in f.edits for i in _pieces(bounds, e)})
+        ok = True
+        for g in groups:
+            lo, hi = bounds[first[g]], min(bounds[last[g] + 1], len(text))
+            try:
+                ast.parse(EditList(kept_in.get(g, []) + f.edits).apply(text, lo, hi))
+            except SyntaxError as e:
+                f.kind, f.severity = REPORT, MANUAL
+                f.message = f"{f.message} (the rewrite did not parse here: {e.msg}; convert by hand)"
+                f.tip, f.edits, f.after = f.after, [], ""
+                ok = False
+                break
+        if not ok:
+            continue
+        kept.extend(f.edits)
+        for e in f.edits:
+            kept_in.setdefault(group[_pieces(bounds, e).start], []).append(e)
+    return apply_edits(text, kept)
+
+
+def _still_parses(src: SourceFile, tree: ast.Module, edits: list[Edit]) -> bool:
+    """Whether the text with ``edits`` applied parses, parsing only the statements they touch.
+
+    An edit inside a nested statement is checked by parsing that statement alone (see :mod:`.reparse`); the
+    others by parsing the top-level statements they touch: the file is cut at the line starts of its top-level
+    statements (decorators included; statements sharing a line stay together); every piece parsed on its own
+    before, so the result parses when each touched piece, with its edits, still does. Parsing is most of a
+    run's time: a file with one change is not parsed a second time whole.
+    """
+    from .reparse import unvouched
+
+    ordered = EditList(edits)
+    left = unvouched(src, tree, edits, ordered)
+    if not left:
+        return True
+    bounds = _bounds(src, tree)
+    pieces = sorted({i for e in left for i in _pieces(bounds, e)})
+    if sum(bounds[i + 1] - bounds[i] for i in pieces) > len(src.text) // 2:
+        # most of the file (a generated file of top-level statements): one parse beats thousands of small ones
+        try:
+            ast.parse(ordered.apply(src.text))
+        except SyntaxError:
+            return False
+        return True
+    for a, b in _runs(pieces):
         lo, hi = bounds[a], min(bounds[b], len(src.text))
         try:
-            ast.parse(apply_edits(src.text, edits, lo, hi))
+            ast.parse(ordered.apply(src.text, lo, hi))
         except SyntaxError:
             return False
     return True
 
 
 def _pieces(bounds: list[int], e: Edit) -> range:
-    """Indexes of the pieces ``[bounds[i], bounds[i+1])`` that edit ``e`` touches (an insertion: the one it is in)."""
-    import bisect
-
-    first = bisect.bisect_right(bounds, e.start) - 1
-    last = bisect.bisect_right(bounds, max(e.start, e.end - 1)) - 1
+    """Indexes of the pieces ``[bounds[i], bounds[i+1])`` that edit ``e`` touches (an insertion: the one it is in);
+    an edit that ends where a piece starts (it replaced the line break before it) touches that piece too."""
+    first = bisect_right(bounds, e.start) - 1
+    last = bisect_right(bounds, e.end) - 1
     return range(first, last + 1)
 
 
-def migrate_source(data: bytes | str, options: Options, path: str = "<string>") -> tuple[bytes | str, FileResult]:
+def migrate_source(data: bytes | str, options: Options, path: str = "<string>",
+                   progress=None) -> tuple[bytes | str, FileResult]:
     """Convert one file's content. Returns (new content of the same type, result). Raises SyntaxError,
-    ``DecodeError``."""
+    ``DecodeError``. ``progress(fraction)``, when given, is told how far the conversion is (for a long file).
+
+    The cyclic garbage collector is paused meanwhile: the syntax tree is hundreds of thousands of objects and
+    holds no cycles, and collecting it over and over took a sixth of the time (more on a large file: the cost
+    grew faster than the file)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _migrate_source(data, options, path, progress or _no_progress)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _migrate_source(data: bytes | str, options: Options, path: str, progress) -> tuple[bytes | str, FileResult]:
     t0 = time.perf_counter()
     src = SourceFile.from_bytes(data) if isinstance(data, bytes) else SourceFile.from_text(data)
     tree = ast.parse(src.text, filename=path)
+    progress(0.15)
     ctx = Context(src, tree, options)
-    run_rules(ctx, active_rules(options))
+    progress(0.3)
+    run_rules(ctx, active_rules(options), progress)
     from .rules.devices import keep_device_tests_whole
     from .rules.leftovers import scan_leftovers
 
-    keep_device_tests_whole(ctx)
+    if "cuda" in ctx.low:  # a device test that still asks for CUDA names it
+        keep_device_tests_whole(ctx)
 
-    scan_leftovers(ctx)
+    if "cud" in ctx.low or "nccl" in ctx.low:  # every CUDA token says cuda, cudnn or nccl
+        scan_leftovers(ctx)
     findings = ctx.findings
     _resolve_conflicts(findings)
+    progress(0.8)
     edits = [e for f in findings if f.kind == CHANGE for e in f.edits]
     result = FileResult(path=path, status="unchanged", lines=src.line_count(), parsed=True)
     new_text = src.text
@@ -632,7 +774,7 @@ def migrate_source(data: bytes | str, options: Options, path: str = "<string>") 
                                     before="", after=dt.text.strip(), edits=[dt]))
         new_text = apply_edits(src.text, edits)
         if not _still_parses(src, tree, edits):  # some change broke the code: keep only the changes that parse
-            new_text = _keep_parsable(src.text, findings)
+            new_text = _keep_parsable(src, tree, findings)
         wrapped = wrap_long_lines(new_text, src.text)  # no changed line longer than the file's longest
         if wrapped is not new_text:
             try:
@@ -641,6 +783,8 @@ def migrate_source(data: bytes | str, options: Options, path: str = "<string>") 
             except SyntaxError:  # pragma: no cover - breaks fall inside brackets only
                 pass
         result.status = "changed" if new_text != src.text else "unchanged"
+    result.program = runs_as_program(src.text, tree, ctx.index)
+    progress(1.0)
     findings.sort(key=lambda f: (f.line, f.rule, f.kind))
     result.findings = findings
     result.seconds = time.perf_counter() - t0

@@ -79,22 +79,34 @@ def mark_kept(results: list[FileResult], kept: dict[int, str]) -> None:
         results[i].status, results[i].reason = KEPT, why
 
 
-def hashes(out: Path, tasks: list[Task], kept: dict[int, str]) -> dict:
-    """The marker's ``files`` after this run (``tasks`` as planned, before :func:`plan_keeps`): a kept file keeps
-    its earlier record, so its edit stays an edit on the next run."""
+def records(out: Path, tasks: list[Task], kept: dict[int, str], results: list[FileResult]) -> dict:
+    """The marker's ``files`` after this run (``tasks`` as planned, before :func:`plan_keeps`; ``results`` hold
+    the hashes the workers computed as they wrote): a kept file keeps its earlier record, so its edit stays an
+    edit on the next run."""
     before = recorded(out)
     files: dict[str, dict[str, str]] = {}
-    for i, t in enumerate(tasks):
+    for i, (t, r) in enumerate(zip(tasks, results, strict=True)):
         if t.mode != "write" or not t.dst:
             continue
         key = _key(out, t.dst)
         if i in kept:
             if key in before:
                 files[key] = before[key]
-            continue
-        out_sha, src_sha = _sha(t.dst), _sha(t.src)
-        if out_sha and src_sha:
-            files[key] = {"out": out_sha, "src": src_sha}
+        elif r.out_sha and r.src_sha:
+            files[key] = {"out": r.out_sha, "src": r.src_sha}
+    return files
+
+
+def untouched(out: Path, tasks: list[Task], kept: dict[int, str]) -> dict:
+    """The records that stay true while this run writes (the marker written before it starts): those of the
+    files it keeps. The files it writes lose theirs, so after an interrupted run the next one rewrites them
+    instead of taking them for hand edits."""
+    before = recorded(out)
+    files = {}
+    for i in kept:
+        key = _key(out, tasks[i].dst)
+        if key in before:
+            files[key] = before[key]
     return files
 
 

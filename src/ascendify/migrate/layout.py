@@ -25,7 +25,7 @@ PEP8 = 79  # the limit in a file whose own lines are all shorter
 
 
 def longest_line(text: str) -> int:
-    return max((len(line) for line in text.splitlines()), default=0)
+    return max(map(len, text.splitlines()), default=0)
 
 
 def wrap_long_lines(new: str, original: str, limit: int | None = None) -> str:

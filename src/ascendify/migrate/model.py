@@ -58,12 +58,20 @@ class Finding:
     after: str = ""
     gloss: str = ""
     edits: list[Edit] = field(default_factory=list, repr=False)
+    cell: int = 0  # in a notebook: the cell (1 = the first, markdown cells counted); line is the cell's line
 
     def to_dict(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in _FINDING_FIELDS}
+        d = {k: getattr(self, k) for k in _FINDING_FIELDS}
+        if self.cell:
+            d["cell"] = self.cell
+        return d
+
+    def where(self, path: str) -> str:
+        """The file as a report row names it: ``nb.ipynb:cell_3`` for a notebook's cell (as nbQA writes it)."""
+        return f"{path}:cell_{self.cell}" if self.cell else path
 
 
-_FINDING_FIELDS = tuple(f.name for f in fields(Finding) if f.name != "edits")
+_FINDING_FIELDS = tuple(f.name for f in fields(Finding) if f.name not in ("edits", "cell"))
 
 
 @dataclass
@@ -76,6 +84,13 @@ class FileResult:
     native_ops: list[dict[str, Any]] = field(default_factory=list)  # from .cu/.cpp scanning
     parsed: bool = False
     seconds: float = 0.0
+    # how the run handled the file (not in the report): copied to the output as it is; the SHA-256 of the input
+    # and of what was written (the output's marker); --inplace: the converted copy waiting to be swapped in
+    copied: bool = False
+    program: bool | None = None  # a program to run (see scripts.runs_as_program); None: not looked at
+    src_sha: str = ""
+    out_sha: str = ""
+    pending: str = ""
 
     def count(self, kind: str, severity: str | None = None) -> int:
         return sum(1 for f in self.findings if f.kind == kind and (severity is None or f.severity == severity))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ast
 import datetime as _dt
 import re
 from pathlib import Path
@@ -14,6 +13,7 @@ from ascendify.report import plural
 
 from .model import ADVICE, API, CHANGE, REPORT, FileResult
 from .rules import RULES
+from .scripts import runs_as_program
 
 SCHEMA = "ascendify.migrate.report/1"
 
@@ -90,7 +90,7 @@ def write(report: dict[str, Any], results: list[FileResult], out_dir: Path) -> l
         for r in results:
             for f in r.findings:
                 if f.kind in kinds:
-                    yield r.path, f
+                    yield f.where(r.path), f
 
     files = {
         "report.md": None,
@@ -112,10 +112,12 @@ def write(report: dict[str, Any], results: list[FileResult], out_dir: Path) -> l
     report["report_files"] = [str(p) for p in written]
     for name, spec in files.items():
         path = out_dir / name
+        # no fsync: each file still appears whole (a rename), and a report a power loss takes is written again
+        # by the same command (an fsync per file was a wait of its own on a busy disk)
         if name == "report.md":
-            fileio.write_atomic(path, markdown(report, results))
+            fileio.write_atomic(path, markdown(report, results), durable=False)
         elif name == "report.json":
-            fileio.write_atomic(path, report_json(report))
+            fileio.write_atomic(path, report_json(report), durable=False)
         else:
             columns, table_rows = spec
             shared.write_csv(path, table_rows, columns)
@@ -133,7 +135,7 @@ def api_groups(results: list[FileResult]) -> list[dict[str, Any]]:
             g = groups.setdefault((f.api, f.message), {"api": f.api, "calls": 0, "where": [], "severity": f.severity,
                                                        "limit": f.gloss or f.message})
             g["calls"] += int(m.group(1)) if m else 1
-            g["where"].append(f"{r.path}:{f.line}")
+            g["where"].append(f"{f.where(r.path)}:{f.line}")
     return sorted(groups.values(), key=lambda g: (-g["calls"], g["api"]))
 
 
@@ -179,9 +181,9 @@ def markdown(report: dict[str, Any], results: list[FileResult]) -> str:
                      f"{s['report_only']} | {s['unsupported']} | {s['api_notes']} | {s['advice']} |")
     skipped = [r for r in results if r.status == "skipped"]
     if skipped:
-        lines += ["", "## Skipped files (copied unchanged)", ""]
-        lines += [f"- `{r.path}`: {r.reason}" for r in skipped]
-    need = [(r.path, f) for r in results for f in r.findings if f.kind == REPORT]
+        lines += ["", "## Skipped files", ""]
+        lines += [f"- `{r.path}`: {r.reason}" + (" (copied unchanged)" if r.copied else "") for r in skipped]
+    need = [(f.where(r.path), f) for r in results for f in r.findings if f.kind == REPORT]
     if need:
         lines += ["", f"## {NEEDS_A_PERSON}", "", "| file:line | rule | severity | API | reason | tip |",
                   "|---|---|---|---|---|---|"]
@@ -201,7 +203,7 @@ def markdown(report: dict[str, Any], results: list[FileResult]) -> str:
         lines += ["", "## Custom CUDA ops (need an NPU implementation)", "", "| file:line | kind | op |", "|---|---|---|"]
         lines += [f"| {_md_cell(p)}:{o['line']} | {o['kind']} | `{o['namespace'] + '::' if o['namespace'] else ''}"
                   f"{o['op']}` |" for p, o in ops]
-    adv = [(r.path, f) for r in results for f in r.findings if f.kind == ADVICE]
+    adv = [(f.where(r.path), f) for r in results for f in r.findings if f.kind == ADVICE]
     if adv:
         lines += ["", "## Advice", ""]
         lines += [f"- {p}:{f.line} `{f.api}`: {f.message}; {f.tip}" for p, f in adv]
@@ -343,8 +345,11 @@ _NOT_PROGRAMS = ("setup.py", "conftest.py", "__init__.py")
 def _entry_script(results: list[FileResult], root: Path | None, inputs: list[Path]) -> tuple[Path, str] | None:
     """The file to run, and the script's own flag that turns the device on ("" if none): a file of the tree
     that runs as a program (see :func:`runs_as_program`; not ``setup.py``, ``conftest.py`` or tests),
-    ``train*`` first, then ``main*``, then converted files before unchanged ones."""
-    candidates = []
+    ``train*`` first, then ``main*``, then converted files before unchanged ones.
+
+    The files are taken in that order and the first program wins: whether a file is one was mostly found by
+    the conversion (``FileResult.program``); the others are read and parsed here, only as far as needed."""
+    ranked = []
     for r in results:
         if r.status not in ("changed", "unchanged") or not r.path.endswith(".py"):
             continue
@@ -353,42 +358,19 @@ def _entry_script(results: list[FileResult], root: Path | None, inputs: list[Pat
         else:
             base = inputs[0] if len(inputs) == 1 else None
             path = (base / r.path if base.is_dir() else base) if base is not None else Path(r.path)
-        try:
-            text = path.read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            continue
         name = path.name
         if name in _NOT_PROGRAMS or name.startswith("test_") or name.endswith("_test.py"):
             continue
-        if runs_as_program(text):
+        ranked.append(((not name.startswith("train"), not name.startswith("main"), r.status != "changed",
+                        r.path.count("/"), str(path)), path, r))
+    for _, path, r in sorted(ranked, key=lambda x: x[0]):
+        program = r.program
+        if program is None:
+            try:
+                program = runs_as_program(path.read_text(encoding="utf-8", errors="replace"))
+            except OSError:
+                continue
+        if program:
             flag = next((f.api for f in r.findings if f.rule == "ASC805" and f.api in _DEVICE_ON_FLAGS), "")
-            candidates.append((not name.startswith("train"), not name.startswith("main"), r.status != "changed",
-                               r.path.count("/"), str(path), path, flag))
-    return min(candidates)[5:] if candidates else None
-
-
-def runs_as_program(text: str) -> bool:
-    """``text`` is a program to run: it has an ``if __name__ == "__main__":`` block, or it is a plain script
-    (most research code): its module-level code loops (``for``/``while``) or reads the command line
-    (``parse_args()``, ``sys.argv``). A module of definitions is not."""
-    if "__main__" in text and "__name__" in text:
-        return True
-    try:
-        tree = ast.parse(text)
-    except (SyntaxError, ValueError):
-        return False
-    todo = list(tree.body)
-    while todo:
-        stmt = todo.pop()
-        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            continue
-        if isinstance(stmt, (ast.For, ast.While, ast.AsyncFor)):
-            return True
-        if isinstance(stmt, (ast.If, ast.With, ast.Try)):
-            todo.extend(stmt.body + getattr(stmt, "orelse", []) + getattr(stmt, "finalbody", []))
-            continue
-        for node in ast.walk(stmt):
-            if isinstance(node, ast.Attribute) and (node.attr == "parse_args" or node.attr == "argv" and isinstance(
-                    node.value, ast.Name) and node.value.id == "sys"):
-                return True
-    return False
+            return path, flag
+    return None

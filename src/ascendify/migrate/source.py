@@ -17,7 +17,10 @@ import codecs
 import io
 import re
 import tokenize
+from bisect import bisect_right
 from dataclasses import dataclass, field
+from itertools import accumulate, repeat
+from operator import add
 
 _LINE_RE = re.compile(r"\r\n|\r|\n")
 
@@ -52,8 +55,12 @@ class SourceFile:
     @classmethod
     def from_text(cls, text: str, encoding: str = "utf-8", bom: bool = False) -> SourceFile:
         s = cls(text=text, encoding=encoding, bom=bom)
-        starts = [0]
-        starts.extend(m.end() for m in _LINE_RE.finditer(text))
+        if "\r" in text:
+            starts = [0]
+            starts.extend(m.end() for m in _LINE_RE.finditer(text))
+        else:  # "\n" only (most files): the line lengths added up, without a Python step per line
+            starts = list(accumulate(map(add, map(len, text.split("\n")), repeat(1)), initial=0))
+            starts.pop()  # the "line" after the text's end
         s.line_starts = starts
         return s
 
@@ -93,14 +100,7 @@ class SourceFile:
 
     def line_of(self, offset: int) -> int:
         """1-based line number of a character offset."""
-        lo, hi = 0, len(self.line_starts) - 1
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if self.line_starts[mid] <= offset:
-                lo = mid
-            else:
-                hi = mid - 1
-        return lo + 1
+        return bisect_right(self.line_starts, offset) or 1
 
     def line_count(self) -> int:
         n = len(self.line_starts)

@@ -40,7 +40,8 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 
-__all__ = ["Terminated", "popen", "call", "stop", "adopt", "mark_parent", "worker_init", "deferred_signals",
+__all__ = ["Terminated", "popen", "call", "stop", "adopt", "mark_parent", "worker_init", "die_with_parent",
+           "deferred_signals",
            "terminate_raises", "kill_group", "PARENT_VAR"]
 
 PARENT_VAR = "ASCENDIFY_PARENT"  # the pid of the ascendify process that started this one
@@ -77,6 +78,12 @@ def _prctl():
                 fn = None
         _prctl_fn.append(fn)
     return _prctl_fn[0]
+
+
+def die_with_parent(parent: int) -> bool:
+    """Make this process (a worker a verb forked: a ``multiprocessing`` pool's) get SIGTERM when ``parent`` dies,
+    however it dies; False when ``parent`` is gone already (then the caller should end)."""
+    return _arm(_prctl(), parent)
 
 
 def _arm(prctl, parent: int) -> bool:

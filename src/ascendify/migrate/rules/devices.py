@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import re
+from bisect import bisect_left, bisect_right
 
 from ascendify.device.apis import is_device_string
 
@@ -12,6 +13,7 @@ from ..flags import own_name_ids
 from ..imports import dotted_parts
 from ..model import CHANGE, MANUAL, REPORT, Edit
 from ..portable import device_type_block
+from ..spans import Spans
 from .base import NPU, PORTABLE, Example, rule
 
 DT_BLOCK = device_type_block()
@@ -492,27 +494,30 @@ def keep_device_tests_whole(ctx) -> None:
     ``device.type == "cuda:0"``, ``device.endswith("cuda")``) would pick the CPU on every accelerator. The
     changes inside such a conditional expression become manual rows, so the line is left whole, and listed.
     Run by the engine after the rules (any rule's change may sit in a branch)."""
-    spans = [(e.start, e.end) for f in ctx.findings if f.kind == CHANGE for e in f.edits]
-    for node in ctx.index.order:
-        if not isinstance(node, ast.IfExp):
-            continue
+    tests = [node for node in ctx.index.order if type(node) is ast.IfExp]
+    if not tests:
+        return
+    changes = [f for f in ctx.findings if f.kind == CHANGE and f.edits]
+    spans = Spans((e.start, e.end) for f in changes for e in f.edits)
+    # the changes by where their edits start and end, to find those inside a branch by a binary search
+    reach = sorted((min(e.start for e in f.edits), max(e.end for e in f.edits), i) for i, f in enumerate(changes))
+    firsts = [a for a, _, _ in reach]
+    for node in tests:
         stale = [c for c in ast.walk(node.test) if isinstance(c, ast.Constant) and isinstance(c.value, str)
-                 and is_device_string(c.value, "cuda") and not _covered(ctx.span(c), spans)]
+                 and is_device_string(c.value, "cuda") and not spans.contains(*ctx.span(c))]
         if not stale:
             continue
         branches = [ctx.span(node.body), ctx.span(node.orelse)]
-        for f in ctx.findings:
-            if f.kind == CHANGE and f.edits and all(any(a <= e.start and e.end <= b for a, b in branches)
-                                                    for e in f.edits):
+        lo, hi = min(a for a, _ in branches), max(b for _, b in branches)
+        for _, last, i in reach[bisect_left(firsts, lo):bisect_right(firsts, hi)]:
+            f = changes[i]
+            if last <= hi and f.kind == CHANGE and f.edits and all(
+                    any(a <= e.start and e.end <= b for a, b in branches) for e in f.edits):
                 f.kind, f.severity = REPORT, MANUAL
                 f.message = (f"`{f.api}` left as it is: the device test beside it (`{ctx.seg(node.test)}`) still "
                              "asks for CUDA, and a half-rewritten line would choose the CPU on the accelerator: "
                              "convert the line by hand")
                 f.tip, f.edits, f.after = f.after, [], ""
-
-
-def _covered(span: tuple[int, int], edits: list[tuple[int, int]]) -> bool:
-    return any(a <= span[0] and span[1] <= b for a, b in edits)
 
 
 def _guards_cuda_switches_only(ctx, compare: ast.Compare) -> bool:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ast
 import re
+from bisect import bisect_left, bisect_right
 
 from ..model import CHANGE, MANUAL, REPORT, holes
 from .base import NPU, PORTABLE, SAFE, Example, rule
@@ -76,6 +77,22 @@ class Guards:
         self.ctx = ctx
         self.spans = spans  # the edits made: an import they removed no longer fails
         self._flags: dict[str, str | None] = {}
+        self._bindings: dict[str, list[ast.AST]] | None = None  # name -> its assignments and imports, in order
+
+    def _bound(self, name: str) -> list[ast.AST]:
+        """The assignments (``Assign``/``AnnAssign`` with ``name`` a target) and imports binding ``name``, filed
+        by name once (looking through every assignment for every flag made a large file quadratic)."""
+        if self._bindings is None:
+            by: dict[str, list[ast.AST]] = {}
+            for a in self.ctx.index.assigns:
+                targets = a.targets if isinstance(a, ast.Assign) else [a.target]
+                for t in {t.id for t in targets if isinstance(t, ast.Name)}:
+                    by.setdefault(t, []).append(a)
+            for imp in self.ctx.index.imports:
+                for alias in imp.names:
+                    by.setdefault(alias.asname or alias.name.split(".")[0], []).append(imp)
+            self._bindings = by
+        return self._bindings.get(name, [])
 
     def check(self, node: ast.AST, depth: int = 0) -> tuple[str, bool] | None:
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
@@ -110,12 +127,13 @@ class Guards:
         if name in self._flags:
             return self._flags[name]
         self._flags[name] = None  # no recursion through the name itself
-        ctx, pkgs = self.ctx, set()
+        pkgs = set()
         bindings = 0
-        for a in ctx.index.assigns:
-            targets = a.targets if isinstance(a, ast.Assign) else [a.target]
-            if not any(isinstance(t, ast.Name) and t.id == name for t in targets):
+        bound = self._bound(name)
+        for a in bound:
+            if not isinstance(a, (ast.Assign, ast.AnnAssign)):
                 continue
+            targets = a.targets if isinstance(a, ast.Assign) else [a.target]
             bindings += 1
             if len(targets) != 1 or a.value is None:
                 return None
@@ -127,7 +145,9 @@ class Guards:
             if pkg is None:
                 return None
             pkgs.add(pkg)
-        for imp in ctx.index.imports:  # `from flash_attn import f` in a try whose handler sets `f = None`
+        for imp in bound:  # `from flash_attn import f` in a try whose handler sets `f = None`
+            if not isinstance(imp, (ast.Import, ast.ImportFrom)):
+                continue
             for alias in imp.names:
                 local = alias.asname or alias.name.split(".")[0]
                 if local == name:
@@ -279,6 +299,12 @@ def cuda_package_guard(ctx, tree: ast.Module) -> None:
     changes = [f for f in ctx.findings if f.kind == CHANGE and f.rule not in _NOT_CONVERSIONS]
     spans = [(e.start, e.end, holes(e)) for f in ctx.findings if f.kind == CHANGE for e in f.edits]
     guards = Guards(ctx, spans)
+    # the changes by their first edit, the report rows by their line: a guard's branch finds its own by a
+    # binary search (a scan of all of them for each guard made a large file quadratic)
+    changes.sort(key=lambda f: min((e.start for e in f.edits), default=-1))
+    firsts = [min((e.start for e in f.edits), default=-1) for f in changes]
+    rows = sorted((_line_start(ctx, f.line), i) for i, f in enumerate(ctx.findings) if f.kind == REPORT)
+    row_starts = [r[0] for r in rows]
     for node in ctx.index.order:
         if not isinstance(node, (ast.If, ast.IfExp)):
             continue
@@ -291,9 +317,10 @@ def cuda_package_guard(ctx, tree: ast.Module) -> None:
         if not region:
             continue
         a, b = ctx.span(region[0])[0], ctx.span(region[-1])[1]
-        inside = [f for f in changes if f.edits and all(a <= e.start and e.end <= b for e in f.edits)]
+        inside = [f for f in changes[bisect_left(firsts, a):bisect_right(firsts, b)]
+                  if f.edits and all(a <= e.start and e.end <= b for e in f.edits)]
         left = _package_left(ctx, region, pkg, spans)
-        reports = [f for f in ctx.findings if f.kind == REPORT and a <= _line_start(ctx, f.line) < b]
+        reports = [ctx.findings[i] for _, i in rows[bisect_left(row_starts, a):bisect_left(row_starts, b)]]
         name = _show(pkg)
         where = "here" if positive else "in its else branch"
         check = ctx.seg(operand if operand is not None else node.test)

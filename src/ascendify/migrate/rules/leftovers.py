@@ -14,6 +14,7 @@ from ascendify.device.apis import is_device_string
 
 from ..flags import own_name_ids
 from ..model import CHANGE, REPORT, REVIEW, Finding
+from ..spans import Spans
 from .base import REPORT_ONLY, Example, rule
 
 
@@ -86,11 +87,9 @@ def scan_leftovers(ctx) -> None:
             spans.extend((e.start, e.end) for e in f.edits)
         elif f.kind == REPORT:
             listed_lines.update(range(f.line, f.end_line + 1))
+    changed = Spans(spans)  # a token inside or across a change is the change's (a binary search, not a scan)
     for node, what in cuda_tokens(ctx):
-        a, b = ctx.span(node)
-        if any(s <= a and b <= e for s, e in spans) or node.lineno in listed_lines:
-            continue
-        if any(s < b and a < e for s, e in spans):
+        if node.lineno in listed_lines or changed.overlaps(*ctx.span(node)):
             continue
         ctx.findings.append(Finding("ASC099", REPORT, node.lineno, node.end_lineno or node.lineno, api=what,
                                     severity=REVIEW, message="CUDA-specific token not converted by any rule",
