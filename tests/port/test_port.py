@@ -297,6 +297,13 @@ def test_nan_losses_on_both_sides_are_never_ok(tmp_path):
     assert "the original's model has NaN/inf in 1 tensor(s) before its first step (weight)" in text
     items = {i["id"]: i["mark"] for i in data["checklist"]["items"]}
     assert items["code.runs-on-target"] == items["prec.curves"] == items["prec.lockstep"] == "n/a"
+    # NaN curves are no MATCH: there is not one step to compare
+    compare = _step(data, "compare")
+    assert compare["facts"]["curves"]["verdict"] == "nothing to compare" and "MATCH" not in compare["headline"]
+    assert "loss curves: nothing to compare (the losses are nan on both sides from step 0)" in compare["headline"]
+    assert "NOTHING TO COMPARE: the losses are nan" in (rep / "report.html").read_text()
+    # the model was built on the meta device (as FSDP2 does): its initialisers drew nothing on the device
+    assert compare["facts"]["curves"]["random_draws_on_device"] == []
 
 
 def test_a_program_that_reads_the_data_beside_its_folder_runs_as_without_port(tmp_path):

@@ -182,7 +182,10 @@ class Observer:
             np.random.seed(self.seed)
         except ImportError:
             pass
-        torch.manual_seed(self.seed)
+        from ascendify.auto.record import tool_calls
+
+        with tool_calls():  # seeds torch.cuda's generators too: under redirection that is no call of the user's
+            torch.manual_seed(self.seed)
         torch.use_deterministic_algorithms(True, warn_only=True)
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
         self._patches = Patches()
@@ -307,7 +310,7 @@ class Observer:
                     dev = device_of(args, kwargs)
                 except Exception:  # noqa: BLE001 (a draw we cannot place is not counted)
                     dev = None
-                if dev is not None and dev != "cpu":
+                if dev is not None and dev not in ("cpu", "meta"):  # a meta tensor draws nothing
                     obs._random_draw(api, dev)
                 return orig(*args, **kwargs)
 

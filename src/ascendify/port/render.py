@@ -443,7 +443,10 @@ def _compare(sec, res, result) -> None:
         key = "loss" if "loss" in series else "output_mean"
         loss = series.get(key) or {}
         first = cv.get("first")
-        if cv["verdict"] != "not comparable":
+        if cv["verdict"] == "nothing to compare":
+            sub.verdict("skip", f"NOTHING TO COMPARE: the losses are {cv.get('nonfinite')}",
+                        f"A = {cv.get('a')}; B = {cv.get('b')}")
+        elif cv["verdict"] != "not comparable":
             sub.verdict("ok" if cv["verdict"] == "match" else "fail",
                         f"{cv['verdict'].upper()}: {key} within {cv.get('tolerance', 0.05):g} (relative) at every "
                         "step" if not first else

@@ -956,9 +956,11 @@ def read_compare(ctx: Context, jobs: list[Job], train: StepResult | None, tolera
             bad = [proof.first_nonfinite(runs.get(sd) or {}) for sd in ("golden", "target")]
             if all(bad):
                 facts["curves"]["nonfinite"] = f"{bad[0][1]} on both sides from step {min(bad)[0]}"
+                if min(bad)[0] <= (a["step"] or [0])[0]:  # not one step where both are finite: no curve at all
+                    facts["curves"]["verdict"] = "nothing to compare"
             draws = runs.get("target", {}).get("random_draws_on_device") or []
             facts["curves"]["random_draws_on_device"] = draws
-            if d.get("verdict") != "match" and draws:
+            if d.get("verdict") != "match" and draws and facts["curves"]["verdict"] != "nothing to compare":
                 facts["curves"]["verdict"] = "not comparable"
                 facts["curves"]["why"] = not_comparable_why(draws, ctx.target_label)
             res.files += ["compare/curves/curves.html", "compare/curves/curves.json", "compare/curves/curves.csv"]
@@ -1004,6 +1006,8 @@ def read_compare(ctx: Context, jobs: list[Job], train: StepResult | None, tolera
         d0 = (runs.get("target", {}).get("random_draws_on_device") or [{}])[0]
         parts.append(f"{cv.get('what', 'loss')} curves NOT COMPARABLE (random draws on the device: "
                      f"{d0.get('api')} at {d0.get('first_at')})")
+    elif cv.get("verdict") == "nothing to compare":
+        parts.append(f"{cv.get('what', 'loss')} curves: nothing to compare (the losses are {cv['nonfinite']})")
     elif cv.get("verdict"):
         parts.append(f"{cv.get('what', 'loss')} curves {cv['verdict'].upper()} within {tolerance:g}")
         if cv.get("first"):
