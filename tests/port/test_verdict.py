@@ -213,3 +213,57 @@ def test_a_run_past_its_budget_is_asked_to_stop_then_killed(monkeypatch):
     assert time.monotonic() - t0 < 15
     assert polite.stopped_at is not None and polite.returncode == 130 and "wrote what it found" in polite.output
     assert stuck.stopped_at is not None and stuck.returncode < 0 and not stuck.timed_out
+
+
+class _TinyVAE(__import__("torch").nn.Module):
+    """pytorch/examples' VAE in small: the reparameterisation draws in eval mode too."""
+
+    def __init__(self, act="ReLU"):
+        import torch.nn as nn
+
+        super().__init__()
+        self.enc, self.dec = nn.Linear(8, 4), nn.Sequential(nn.Linear(2, 8), getattr(nn, act)())
+
+    def forward(self, x):
+        import torch
+
+        mu, logvar = self.enc(x).chunk(2, dim=1)
+        return self.dec(mu + torch.randn_like(mu) * torch.exp(0.5 * logvar)), mu, logvar
+
+
+@pytest.mark.parametrize("target_act, verdict", [("ReLU", "not comparable"), ("Tanh", "divergence")])
+def test_a_model_that_draws_in_its_forward_is_not_comparable_but_a_real_divergence_stays(tmp_path, target_act,
+                                                                                         verdict):
+    import json
+
+    import cloudpickle
+    import torch
+
+    from ascendify.port import lockstep
+
+    torch.manual_seed(0)
+    golden = _TinyVAE()
+    target = _TinyVAE(target_act)
+    target.load_state_dict(golden.state_dict())
+    for name, obj in (("g.pkl", golden), ("t.pkl", target)):
+        (tmp_path / name).write_bytes(cloudpickle.dumps(obj))
+    torch.save(((torch.randn(4, 8),), {}), tmp_path / "b.pt")
+    rc = lockstep.main(["--golden", str(tmp_path / "g.pkl"), "--target", str(tmp_path / "t.pkl"), "--batch",
+                        str(tmp_path / "b.pt"), "--target-device", "cpu", "-o", str(tmp_path / "out")])
+    data = json.loads((tmp_path / "out" / "compare.json").read_text())
+    assert data["verdict"] == verdict and rc == (0 if verdict == "not comparable" else 1)
+    draws = data["meta"]["random_draws"]
+    assert draws[0]["module"] == "(root)" and draws[0]["api"] == "torch.randn_like"
+    assert draws[0]["first_at"].startswith("test_verdict.py:")
+    if verdict == "divergence":  # the decoder differs without drawing: still the first divergence
+        assert data["first_divergence"]["name"].startswith("dec")
+        return
+    ls = {"verdict": data["verdict"], "random_draws": draws}
+    r = _result(_run([2.0, 1.5]), _run([2.0, 1.5]), lockstep=None)
+    r.steps["compare"].facts["lockstep"] = ls
+    r.checklist = cl.evaluate(r.steps, "emulated")
+    status, text = r.verdict
+    assert r.exit_code == 5 and status == "not proven"
+    assert "the lockstep cannot compare the model: the model draws random numbers in its forward, in eval mode too " \
+           "(torch.randn_like at test_verdict.py:" in text
+    assert _item(r, "prec.lockstep")["mark"] == "n/a"

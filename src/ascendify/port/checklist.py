@@ -345,6 +345,11 @@ def _compare(steps: Steps, key: str) -> dict[str, Any]:
 def _prec_lockstep(steps: Steps, target: str) -> Verdict:
     """Lockstep ``compare_models`` verdict: match."""
     d = _compare(steps, "lockstep")
+    if d.get("verdict") == "not comparable":  # a model that draws in its forward: no evidence either way
+        from ascendify.port.steps import random_in_forward
+
+        return Verdict(NA, "not comparable: " + (random_in_forward(d["random_draws"]) if d.get("random_draws")
+                                                 else "random calls drew differently"), "compare")
     e2e = d.get("end_to_end") or {}
     text = f"{d.get('verdict')}: {d.get('matched', 0)} matched calls"
     if e2e.get("cosine") is not None:

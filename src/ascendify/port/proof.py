@@ -143,6 +143,10 @@ def gaps(steps: dict[str, StepResult]) -> list[str]:
         why = str(ls["skipped"])
         out.append("the lockstep did not run (--skip compare)" if why.startswith("skipped (--skip)") else
                    f"the lockstep compared nothing ({why.removeprefix('nothing to compare: ')})")
+    elif ls.get("verdict") == "not comparable" and ls.get("random_draws"):
+        from ascendify.port.steps import random_in_forward
+
+        out.append(f"the lockstep cannot compare the model: {random_in_forward(ls['random_draws'])}")
     elif ls.get("verdict") not in ("match", "divergence") and not ls.get("error"):
         out.append(f"the lockstep gave no verdict ({ls.get('verdict') or 'not run'})")
     elif ls.get("verdict") == "match" and train.facts.get("param_counts_agree") is False:

@@ -397,11 +397,13 @@ def _compare(sec, res, result) -> None:
     ls, cv = res.facts.get("lockstep") or {}, res.facts.get("curves") or {}
     sub = sec.section("Lockstep: the model, layer by layer", anchor="compare-lockstep")
     if ls.get("verdict"):
-        st_ = "ok" if ls["verdict"] == "match" else "fail"
+        st_ = {"match": "ok", "not comparable": "warn"}.get(ls["verdict"], "fail")
         fd = ls.get("first_divergence")
         sub.verdict(st_, f"{ls['verdict'].upper()}: {ls.get('target')} vs {ls.get('golden')}",
-                    f"first divergence: {fd}" if fd else f"{ls.get('matched', 0)} matched module calls, none over "
-                                                         "its limit")
+                    f"first divergence: {fd}" if fd else
+                    st.random_in_forward(ls["random_draws"]) + ": each run draws other numbers, whatever the port"
+                    if ls.get("random_draws") else
+                    f"{ls.get('matched', 0)} matched module calls, none over its limit")
         if ls.get("eager_model"):
             sub.text(ls["eager_model"])
         e2e = ls.get("end_to_end") or {}

@@ -913,6 +913,8 @@ def read_compare(ctx: Context, jobs: list[Job], train: StepResult | None, tolera
             facts["lockstep"]["weights"] = {"differ": weights.get("differ") or [], "copied": weights.get("copied"),
                                             "compared": weights.get("compared")}
             facts["lockstep"]["model"] = (data.get("meta") or {}).get("model")
+            if (data.get("meta") or {}).get("random_draws"):  # calls that draw in eval mode: not comparable
+                facts["lockstep"]["random_draws"] = data["meta"]["random_draws"]
             grads = _load_json(ctx.out / "compare" / "lockstep" / "gradients.json") or {}
             facts["gradients"] = grads
             if grads.get("verdict") == "divergence" and facts["lockstep"]["verdict"] == "match":
@@ -989,6 +991,8 @@ def read_compare(ctx: Context, jobs: list[Job], train: StepResult | None, tolera
         if ls.get("first_divergence"):
             fd = ls["first_divergence"]
             parts[-1] += f" first at {fd.get('name', fd) if isinstance(fd, dict) else fd}"
+        elif ls["verdict"] == "not comparable" and ls.get("random_draws"):
+            parts[-1] += f": {random_in_forward(ls['random_draws'])}"
         if ls.get("eager_model"):
             parts[-1] += " on the eager model"
         gr = facts.get("gradients") or {}
@@ -1024,6 +1028,17 @@ def read_compare(ctx: Context, jobs: list[Job], train: StepResult | None, tolera
         parts.append(f"curves {cv.get('skipped', 'not run')}")
     res.headline = "; ".join(parts)
     return res
+
+
+def random_in_forward(draws: list[dict[str, Any]]) -> str:
+    """Why a lockstep is not comparable: the model draws random numbers in its forward (the lockstep's
+    ``random_draws``).
+
+    >>> random_in_forward([{"module": "(root)", "api": "torch.randn_like", "calls": 4, "first_at": "main.py:62"}])
+    'the model draws random numbers in its forward, in eval mode too (torch.randn_like at main.py:62)'
+    """
+    d = draws[0]
+    return f"the model draws random numbers in its forward, in eval mode too ({d['api']} at {d['first_at']})"
 
 
 def gradients_counted(gr: dict[str, Any]) -> str:
