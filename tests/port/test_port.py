@@ -191,6 +191,22 @@ def test_weight_differences_are_findings_unless_every_weight_differs():
     assert weight_diffs(a, c)["all_differ"]
 
 
+def test_the_runs_commands_are_shown_as_they_run_from_the_report_folder(tmp_path):
+    # the command's own NAME=VALUE words and the project's root on PYTHONPATH (a script below the root imports the
+    # project's package), and the shell's && left unquoted on the page
+    from ascendify.port import render
+
+    ctx = steps.Context(out=tmp_path / "p-npu-report", project=tmp_path / "p", migrated=tmp_path / "p-npu",
+                        command=["python", "projects/adder/adder.py"], target="emulated", target_reason="", lanes=1,
+                        env={"PYTHONPATH": "/opt/deps"})
+    shown = {j.name: j.shown for j in steps.build_jobs(ctx)}
+    assert shown["train-golden"] == ("cd runs/golden/tree/p && PYTHONPATH=.:/opt/deps ascendify run --to cpu -- "
+                                     "python projects/adder/adder.py")
+    assert shown["train-target"].startswith("cd runs/target/tree/p && PYTHONPATH=.:/opt/deps ascendify emulate ")
+    page = render.wrap_command(shown["train-golden"])
+    assert " && PYTHONPATH=.:/opt/deps ascendify" in page and "'&&'" not in page
+
+
 def test_main_model_is_the_first_optimizers():
     obs = {"optimizers": [{}, {}], "models": [{"index": 0, "params": 100, "optimizers": [1]},
                                               {"index": 1, "params": 5, "optimizers": [0]},

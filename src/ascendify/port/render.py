@@ -62,9 +62,17 @@ def wrap_command(cmd: str, width: int = 100) -> str:
     ascendify run --to cpu \\
         train.py --steps 4 \\
         --batch-size 2
+    >>> wrap_command("cd runs/golden/tree/p && X='a b' ascendify run -- python t.py")  # the shell's own words
+    "cd runs/golden/tree/p && X='a b' ascendify run -- python t.py"
     """
     import shlex
     import textwrap
+
+    def quote(w: str) -> str:  # a word of the shell's own (&&, ;) stays what it is, NAME=VALUE an assignment
+        if w in ("&&", "||", ";", "|"):
+            return w
+        name, eq, value = w.partition("=")
+        return f"{name}={shlex.quote(value)}" if eq and name.isidentifier() else shlex.quote(w)
 
     try:
         words = shlex.split(cmd)
@@ -73,9 +81,9 @@ def wrap_command(cmd: str, width: int = 100) -> str:
     groups: list[str] = []
     for w in words:
         if groups and not w.startswith("-") and groups[-1].startswith("-") and " " not in groups[-1]:
-            groups[-1] += " " + shlex.quote(w)
+            groups[-1] += " " + quote(w)
         else:
-            groups.append(shlex.quote(w))
+            groups.append(quote(w))
     lines, cur = [], ""
     for g in groups:
         if cur and len(cur) + 1 + len(g) > width - 2:

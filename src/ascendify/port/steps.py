@@ -225,6 +225,23 @@ def observe_env(ctx: Context, side: str, root: Path, base: dict[str, str] | None
             **({"ASCENDIFY_OBSERVE_OVERFLOW": "1"} if ctx.overflow and side == "target" else {})}
 
 
+def shown_env(ctx: Context, cmd: list[str]) -> str:
+    """The ``NAME=VALUE`` words a run's command is shown with, so that it runs as shown: the command's own, and
+    ``PYTHONPATH=.`` where the script sits below the project's root (the runs put the root on ``PYTHONPATH``:
+    ``python projects/adder/adder.py`` imports the project's package from there).
+
+    >>> c = Context(out=Path("/w/p-npu-report"), project=Path("/w/p"), migrated=Path("/w/p-npu"), command=[],
+    ...             target="emulated", target_reason="", lanes=1, env={"PYTHONPATH": "/opt/deps", "X": "a b"})
+    >>> shown_env(c, ["python", "projects/adder/adder.py"]), shown_env(c, ["python", "train.py"])
+    ("PYTHONPATH=.:/opt/deps X='a b' ", "PYTHONPATH=/opt/deps X='a b' ")
+    """
+    env = dict(ctx.env)
+    script = next((w for w in cmd if w.endswith(".py") and not w.startswith("-")), None)
+    if script is not None and os.path.dirname(os.path.normpath(script)) not in ("", "."):
+        env["PYTHONPATH"] = "." + (f":{env['PYTHONPATH']}" if env.get("PYTHONPATH") else "")
+    return "".join(f"{k}={shlex.quote(v)} " for k, v in env.items())
+
+
 def build_jobs(ctx: Context) -> list[Job]:
     """Every child process of the pipeline, in the order they should start (migrate first: others wait on it)."""
     out, lanes = ctx.out, ctx.lanes
@@ -261,7 +278,8 @@ def build_jobs(ctx: Context) -> list[Job]:
                                       *leave_out],
             python=True, env=env, timeout=600, ok_codes=(0,),
             shown=shlex.join(["python", "-m", "ascendify.port.stage", str(ctx.project), str(groot), *mirror])))
-    golden_shown = f"cd {ctx.rel(groot)} && " + shlex.join(["ascendify", "run", "--to", "cpu", "--", *cmd])
+    golden_shown = f"cd {ctx.rel(groot)} && " + shown_env(ctx, cmd) + shlex.join(["ascendify", "run", "--to", "cpu",
+                                                                                 "--", *cmd])
     add(Job("train-golden", "train",
             ["run", "--to", "cpu", "--log", str(runs / "golden" / "run.json"), "-q", "--", *cmd],
             deps=("stage-golden",), env={**golden_env, **ctx.env, **observe_env(ctx, "golden", groot, {**golden_env, **ctx.env})},
@@ -285,7 +303,8 @@ def build_jobs(ctx: Context) -> list[Job]:
     add(Job("train-target", "train", argv, deps=deps, env={**env, **ctx.env, **observe_env(ctx, "target", troot,
                                                                                           {**env, **ctx.env})},
             cwd=str(troot), timeout=1800, ok_codes=(0,), stop_after=budget,
-            shown=f"cd {ctx.rel(troot)} && " + shlex.join(["ascendify", verb, *argv[1:3], "--", *tcmd])))
+            shown=f"cd {ctx.rel(troot)} && " + shown_env(ctx, tcmd) + shlex.join(["ascendify", verb, *argv[1:3], "--",
+                                                                                  *tcmd])))
     tdev = "cuda" if ctx.target == "cuda" else "npu"
     pick = ["--model", ctx.model] if ctx.model else []
     roots = ["--project", str(ctx.project), "--migrated", str(tsrc)] if ctx.model else []
