@@ -57,6 +57,13 @@ def test_both_runs_trained_and_the_lockstep_matched_is_proven():
     assert _item(r, "code.runs-on-target")["mark"] == "✓" and _item(r, "code.auto-migration")["mark"] == "✓"
 
 
+def test_one_step_is_one_step():
+    # pytorch/examples' DDP example makes one optimizer step on each of its 2 ranks
+    r = _result(_run([0.897], ranks=2), _run([0.897], ranks=2))
+    assert "both runs made 1 training step on 2 ranks each;" in r.verdict[1]
+    assert _item(r, "code.runs-on-target")["evidence"].startswith("1 step on the emulated NPU")
+
+
 def test_the_original_made_no_step_is_not_proven_never_ok():
     # pytorch/examples' FSDP2 under run --to cpu: the original printed its message and exited before training
     g = _run([], stopped="ended", last_line="Unable to locate sufficient 2 gpus to run this example. Exiting.")
@@ -136,6 +143,10 @@ def test_progress_lines_fold_to_the_terminal(monkeypatch):
     _Progress(out, 7).say("emulated NPU (host CPU): no Ascend NPU or GPU here: the emulated NPU (on the host "
                           "CPU) stands in, at host speed")
     assert max(len(line) for line in out.getvalue().splitlines()) <= 80
+    out = io.StringIO()  # a long headline is cut at a clause, never inside a number ("loss 0.…")
+    _Progress(out, 7).step(st.StepResult("train", status="ok", headline=(
+        "emulated NPU (host CPU): 1 step on 2 ranks, loss 0.897; CPU: 1 step on 2 ranks, loss 0.8971234567")))
+    assert " ".join(out.getvalue().split()).endswith("1 step on 2 ranks, loss 0.897 …")
 
 
 def test_progress_while_the_runs_go_on(tmp_path):

@@ -24,6 +24,7 @@ import math
 from typing import Any
 
 from ascendify.port.steps import StepResult
+from ascendify.report.tables import plural
 
 SIDES = (("golden", "the original"), ("target", "the migrated copy"))
 
@@ -178,9 +179,10 @@ def evidence(steps: dict[str, StepResult]) -> str:
     runs = (steps["train"].facts.get("runs") if "train" in steps else None) or {}
     g, t = runs.get("golden") or {}, runs.get("target") or {}
     training = is_training(g) or is_training(t)
-    count, unit = (steps_made, "training steps") if training else (model_calls, "model calls")
+    count, unit = (steps_made, "training step") if training else (model_calls, "model call")
     ng, nt = count(g), count(t)
-    parts = [f"both runs made {ng} {unit}" if ng == nt else f"the original made {ng} {unit}, the migrated copy {nt}"]
+    parts = [f"both runs made {plural(ng, unit)}" if ng == nt else
+             f"the original made {plural(ng, unit)}, the migrated copy {nt}"]
     ranks = max(int(g.get("ranks") or 1), int(t.get("ranks") or 1))
     if ranks > 1:
         parts[0] += f" on {ranks} ranks each"

@@ -268,7 +268,7 @@ class _Progress:
             return
         self.announced.add(res.id)
         n = st.ALL_STEPS.index(res.id) + 1 if res.id in st.ALL_STEPS else len(self.announced)
-        head = res.headline if len(res.headline) <= 90 else res.headline[:89] + "…"
+        head = short_headline(res.headline)
         self.say(f"[{n}/{self.total}] {res.id}: {res.status} ({time.monotonic() - self.t0:.0f} s) {head}")
 
     def waiting(self, running: list[Job]) -> None:
@@ -290,6 +290,24 @@ class _Progress:
             parts.append(f"{label} {n} step{'s' if n != 1 else ''} so far" if n else
                          f"{label}: no step yet after {now - j.started:.0f} s")
         self.say("  train: " + ", ".join(parts))
+
+
+def short_headline(text: str, limit: int = 90) -> str:
+    """A step's headline for its progress line: whole, or cut at the last clause that fits (never inside a number
+    or a word), the cut said by "…"; the summary table and the report have it whole.
+
+    >>> short_headline("emulated NPU (host CPU): 1 step on 2 ranks, loss 0.897; CPU: 1 step on 2 ranks, loss 0.897",
+    ...                limit=70)
+    'emulated NPU (host CPU): 1 step on 2 ranks, loss 0.897 …'
+    """
+    if len(text) <= limit:
+        return text
+    cut = text[: limit - 2]
+    for sep in ("; ", ", ", " ("):
+        i = cut.rfind(sep)
+        if i > limit // 2:
+            return cut[:i] + " …"
+    return cut.rsplit(" ", 1)[0] + " …"
 
 
 def check_factory(project: Path, spec: str) -> None:

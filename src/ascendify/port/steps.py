@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ascendify.port.jobs import Job, child_env, tail
+from ascendify.report.tables import plural
 
 STEP_IDS = ("doctor", "migrate", "train", "compare", "bench")
 ALL_STEPS = (*STEP_IDS, "checklist", "report")
@@ -785,7 +786,7 @@ def _read_train(ctx: Context, jobs: list[Job]) -> StepResult:
         res.headline = sides[0].skipped or "skipped"
         done = {s: len((r.get("history") or {}).get("step") or []) for s, r in runs.items() if r.get("history")}
         if done:
-            res.headline += ": " + ", ".join(f"{'original' if s == 'golden' else 'migrated'} {n} steps"
+            res.headline += ": " + ", ".join(f"{'original' if s == 'golden' else 'migrated'} {plural(n, 'step')}"
                                              for s, n in done.items())
         return res
     golden_failed = any(side == "golden" for side, _ in errors)
@@ -812,7 +813,7 @@ def _read_train(ctx: Context, jobs: list[Job]) -> StepResult:
         h = r.get("history") or {}
         if h.get("loss"):
             ranks = f" on {r['ranks']} ranks" if (r.get("ranks") or 1) > 1 else ""
-            parts.append(f"{label}: {len(h['step'])} steps{ranks}, loss {number_text(h['loss'][-1])}")
+            parts.append(f"{label}: {plural(len(h['step']), 'step')}{ranks}, loss {number_text(h['loss'][-1])}")
         elif r.get("training"):
             parts.append(f"{label}: no training step" + (" within the time budget"
                                                           if "time budget" in (r.get("stopped") or "") else ""))
