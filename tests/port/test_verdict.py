@@ -278,3 +278,22 @@ def test_a_model_that_draws_in_its_forward_is_not_comparable_but_a_real_divergen
     assert "the lockstep cannot compare the model: the model draws random numbers in its forward, in eval mode too " \
            "(torch.randn_like at test_verdict.py:" in text
     assert _item(r, "prec.lockstep")["mark"] == "n/a"
+
+
+def test_the_migrate_headline_counts_the_sites_left_to_the_person(tmp_path):
+    # pytorch/examples' imagenet: 14 of 18 sites converted, DataParallel listed (a fix only --unsafe applies):
+    # the headline said "0 unsupported" and nothing of the 4 sites left
+    import json
+
+    from ascendify.port.jobs import Job
+
+    (tmp_path / "r" / "migrate" / "report").mkdir(parents=True)
+    (tmp_path / "r" / "migrate" / "report" / "report.json").write_text(json.dumps({"totals": {
+        "cuda_sites": 18, "converted": 14, "report_only": 4, "unsupported": 0, "changed": 1, "native_ops": 0}}))
+    ctx = st.Context(out=tmp_path / "r", project=tmp_path / "p", migrated=tmp_path / "p-npu", command=[],
+                     target="emulated", target_reason="", lanes=1)
+    job = Job("migrate", "migrate", [])
+    job.returncode = 0
+    res = st.read_migrate(ctx, [job])
+    assert res.headline == ("14 of 18 CUDA sites converted in 1 file; 4 left to you (unsupported.csv), "
+                            "0 unsupported, 0 custom ops to port")

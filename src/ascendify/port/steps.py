@@ -428,9 +428,11 @@ def read_migrate(ctx: Context, jobs: list[Job]) -> StepResult:
                  "migrate/report/unsupported.csv", "migrate/report/advice.csv",
                  os.path.relpath(ctx.migrated, ctx.out)]
     res.status = "warn" if t.get("skipped") else "ok"
+    left = int(t.get("report_only") or 0)  # listed for a person (DataParallel: a fix only --unsafe applies)
     res.headline = (f"{t.get('converted', 0)} of {t.get('cuda_sites', 0)} CUDA sites converted in "
-                    f"{t.get('changed', 0)} files; {t.get('unsupported', 0)} unsupported, "
-                    f"{t.get('native_ops', 0)} custom ops to port")
+                    f"{plural(int(t.get('changed') or 0), 'file')}; "
+                    + (f"{left} left to you (unsupported.csv), " if left else "")
+                    + f"{t.get('unsupported', 0)} unsupported, {t.get('native_ops', 0)} custom ops to port")
     if t.get("kept"):  # an earlier port's output, fixed by hand since: the runs use the person's fixes
         res.headline += f"; {t['kept']} hand-edited files kept (--force overwrites them)"
     _collect(res, jobs)
