@@ -297,3 +297,27 @@ def test_the_migrate_headline_counts_the_sites_left_to_the_person(tmp_path):
     res = st.read_migrate(ctx, [job])
     assert res.headline == ("14 of 18 CUDA sites converted in 1 file; 4 left to you (unsupported.csv), "
                             "0 unsupported, 0 custom ops to port")
+
+
+@pytest.mark.parametrize("g2, t2", [([0.69, 0.63], [0.69, 0.64]), (["nan", "nan"], ["nan", "nan"])])
+def test_the_page_plots_every_loss_series_and_draws_nan_losses(monkeypatch, g2, t2):
+    # a GAN's two losses: both plotted A vs B (only "loss" was); NaN losses (FSDP2's) broke the section:
+    # "this section could not be drawn: TypeError: unsupported operand type(s) for -: 'str' and 'str'"
+    from ascendify import report
+    from ascendify.port import render
+
+    drawn = []
+    monkeypatch.setattr(report.plots, "line_plot", lambda series, **kw: drawn.append((kw["title"], series)) or b"")
+    r = _result(_run([0.70, 0.69]), _run([0.70, 0.69]))
+    r.steps["compare"].facts["curves"] = {"verdict": "match", "what": "loss", "tolerance": 0.05, "series": {
+        "loss": {"x": [0, 1], "a": [0.70, 0.69], "b": [0.70, 0.691], "max_rel_diff": 0.0014},
+        "loss_2": {"x": [0, 1], "a": g2, "b": t2, "max_rel_diff": 0.016}}}
+    page = render.html_report(r).to_html()
+    assert "could not be drawn" not in page
+    (_, lines), *_ = [d for d in drawn if d[0] == "loss, loss_2: A vs B"]
+    assert set(lines) >= {"A: original, CPU loss", "B: migrated, target loss"}
+    if g2[0] == "nan":  # nothing finite to draw for loss_2
+        assert "A: original, CPU loss_2" not in lines
+    else:
+        assert lines["A: original, CPU loss_2"] == ([0, 1], [0.69, 0.63])
+        assert "MATCH: loss, loss_2 within 0.05" in page
