@@ -298,6 +298,7 @@ def test_a_time_budget_stops_a_run_before_its_first_step_and_proves_nothing(tmp_
     assert g["training"] is True and "output_mean" not in g["history"]  # not taken for an inference program
     assert "before the first step" in g["stopped"]
     assert "no training step within the time budget" in train["headline"]
+    assert "curves: no step to compare: neither run made a step" in _step(data, "compare")["headline"]
     items = {i["id"]: i["mark"] for i in data["checklist"]["items"]}
     assert "✓" not in (items["code.runs-on-target"], items["code.auto-migration"], items["prec.curves"])
 

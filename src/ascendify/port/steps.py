@@ -955,7 +955,11 @@ def read_compare(ctx: Context, jobs: list[Job], train: StepResult | None, tolera
     runs = (train.facts.get("runs") if train else None) or {}
     a, b = runs.get("golden", {}).get("history"), runs.get("target", {}).get("history")
     if "train" in ctx.skip or not (a and b and a.get("step") and b.get("step")):
-        why = "skipped (--skip train)" if "train" in ctx.skip else "needs both runs, which did not both finish"
+        idle = [label for (x, label) in ((a, "the original"), (b, "the migrated copy")) if x is not None and
+                not x.get("step")]
+        why = ("skipped (--skip train)" if "train" in ctx.skip else
+               "needs both runs, which did not both finish" if not (a is not None and b is not None) or not idle else
+               "no step to compare: " + ("neither run made a step" if len(idle) == 2 else f"{idle[0]} made none"))
         facts["curves"] = {"skipped": why}
     else:
         try:
@@ -1047,7 +1051,7 @@ def read_compare(ctx: Context, jobs: list[Job], train: StepResult | None, tolera
             parts[-1] += (f" (not exactly: {sum(d['calls'] for d in draws)} random draws on the device, "
                           f"{draws[0]['api']} first at {draws[0]['first_at']})")
     else:
-        parts.append(f"curves {cv.get('skipped', 'not run')}")
+        parts.append(f"curves: {cv.get('skipped', 'not run')}")
     res.headline = "; ".join(parts)
     return res
 
