@@ -64,6 +64,16 @@ def test_one_step_is_one_step():
     assert _item(r, "code.runs-on-target")["evidence"].startswith("1 step on the emulated NPU")
 
 
+def test_curves_not_comparable_are_said_once():
+    # random draws on the device (dropout in training mode): the lockstep decides, and the verdict says why once
+    r = _result(_run([2.0, 1.5]), _run([2.0, 1.6]), curves="not comparable")
+    r.steps["compare"].status = "warn"
+    status, text = r.verdict
+    assert status == "ok" and r.exit_code == 0
+    assert text.endswith("(both runs made 2 training steps; lockstep MATCH; loss curves NOT COMPARABLE (random "
+                         "draws on the device)) (doctor, migrate, bench skipped)")
+
+
 def test_the_original_made_no_step_is_not_proven_never_ok():
     # pytorch/examples' FSDP2 under run --to cpu: the original printed its message and exited before training
     g = _run([], stopped="ended", last_line="Unable to locate sufficient 2 gpus to run this example. Exiting.")

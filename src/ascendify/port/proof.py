@@ -191,5 +191,6 @@ def evidence(steps: dict[str, StepResult]) -> str:
     if ls.get("verdict"):
         parts.append(f"lockstep {ls['verdict'].upper()}")
     if cv.get("verdict"):
-        parts.append(f"{cv.get('what', 'loss')} curves {cv['verdict'].upper()}")
+        parts.append(f"{cv.get('what', 'loss')} curves {cv['verdict'].upper()}"
+                     + (" (random draws on the device)" if cv["verdict"] == "not comparable" else ""))
     return "; ".join(parts)

@@ -131,8 +131,6 @@ class PortResult:
         skipped = [s.id for s in self.steps.values() if s.status == "skip" and s.id in st.STEP_IDS]
         tail = f" ({', '.join(skipped)} skipped)" if skipped else ""
         cv = (self.steps["compare"].facts.get("curves") or {}) if "compare" in self.steps else {}
-        if cv.get("verdict") == "not comparable":
-            tail += "; the curves are not comparable (random draws on the device), the lockstep matches"
         if cv.get("constant"):
             tail += f"; the loss is {cv['constant']} at every step, so its curves say nothing: the lockstep decides"
         from ascendify.port import proof
