@@ -122,6 +122,7 @@ def test_the_original_failing_is_not_the_ports_fault(tmp_path):
     golden = _step(data, "train")["facts"]["runs"]["golden"]
     assert golden["known_errors"][0]["id"] == "module-not-found"
     assert "tiktoken_is_not_installed_here" in golden["failure"]
+    assert "curves: needs both runs, which did not both finish" in _step(data, "compare")["headline"]
 
 
 def test_torchrun_ddp_project_each_rank_watched_the_model_inside_ddp(tmp_path):

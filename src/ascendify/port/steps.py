@@ -957,8 +957,9 @@ def read_compare(ctx: Context, jobs: list[Job], train: StepResult | None, tolera
     if "train" in ctx.skip or not (a and b and a.get("step") and b.get("step")):
         idle = [label for (x, label) in ((a, "the original"), (b, "the migrated copy")) if x is not None and
                 not x.get("step")]
+        failed = (train.facts.get("failed") if train else None) or not (a is not None and b is not None)
         why = ("skipped (--skip train)" if "train" in ctx.skip else
-               "needs both runs, which did not both finish" if not (a is not None and b is not None) or not idle else
+               "needs both runs, which did not both finish" if failed or not idle else
                "no step to compare: " + ("neither run made a step" if len(idle) == 2 else f"{idle[0]} made none"))
         facts["curves"] = {"skipped": why}
     else:
