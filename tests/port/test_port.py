@@ -257,6 +257,10 @@ def test_a_failure_is_named_by_its_exception_not_by_the_programs_last_line():
     plain = "Traceback (most recent call last):\n  File \"/p/a.py\", line 3, in <module>\nValueError: bad value\n"
     assert steps._first_user_frame(plain) == "a.py:3 in <module>: ValueError: bad value"
     assert steps._first_user_frame("killed\n") == "killed"
+    # pytorch/examples' word LM without its train.txt: a bare AssertionError says nothing without its line
+    bare = ('Traceback (most recent call last):\n  File "/r/tree/wlm/data.py", line 29, in tokenize\n'
+            '    assert os.path.exists(path)\nAssertionError\n')
+    assert steps._first_user_frame(bare) == "data.py:29 in tokenize: AssertionError at `assert os.path.exists(path)`"
 
 
 def test_a_compiled_trainer_compiles_on_both_sides_and_lockstep_runs_the_eager_model(tmp_path):

@@ -898,12 +898,17 @@ def _exception_line(output: str) -> str:
 def _first_user_frame(output: str) -> str | None:
     """The last traceback frame outside torch, site-packages and ascendify (where the user's code failed),
     with the exception line."""
-    frames = [m for m in (_FRAME.match(line) for line in output.splitlines()) if m]
-    user = [m for m in frames if not any(s in m.group(1) for s in ("site-packages", "/torch/", "ascendify", "<frozen"))]
+    lines = output.splitlines()
+    frames = [(i, m) for i, m in enumerate(_FRAME.match(line) for line in lines) if m]
+    user = [(i, m) for i, m in frames
+            if not any(s in m.group(1) for s in ("site-packages", "/torch/", "ascendify", "<frozen"))]
     last = _exception_line(output) or (output.strip().splitlines()[-1] if output.strip() else "")
     if not user:
         return last or None
-    m = user[-1]
+    i, m = user[-1]
+    code = lines[i + 1].strip() if i + 1 < len(lines) else ""
+    if ":" not in last and code and code != last and not code.startswith(("File ", "^", "~", "[")):  # bare: its line
+        last += f" at `{code}`"
     return f"{Path(m.group(1)).name}:{m.group(2)} in {m.group(3)}: {last}"
 
 
