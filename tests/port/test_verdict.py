@@ -331,3 +331,17 @@ def test_the_page_plots_every_loss_series_and_draws_nan_losses(monkeypatch, g2, 
     else:
         assert lines["A: original, CPU loss_2"] == ([0, 1], [0.69, 0.63])
         assert "MATCH: loss, loss_2 within 0.05" in page
+
+
+def test_the_page_shows_the_accelerator_calls_the_reference_run_answered():
+    # pytorch/examples at head asks torch.accelerator: the page says what the reference's answers came from
+    from ascendify.port import render
+
+    golden = _run([2.0, 1.5], redirected=2, redirected_apis=[
+        {"api": "torch.accelerator.is_available", "count": 1, "first_site": "main.py:59",
+         "to": "cpu available (user code)"},
+        {"api": "torch.accelerator.current_accelerator", "count": 1, "first_site": "main.py:60",
+         "to": "cpu (stands for cuda)"}])
+    page = render.html_report(_result(golden, _run([2.0, 1.5]))).to_html()
+    assert "torch.accelerator.current_accelerator" in page and "cpu (stands for cuda)" in page
+    assert "main.py:60" in page and "the branches it took are a GPU" in page

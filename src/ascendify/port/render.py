@@ -328,6 +328,14 @@ def _train(sec, res, result) -> None:
     if "redirected" in g:
         sec.kv({"CUDA APIs redirected to the CPU (ascendify run)": g.get("redirected"),
                 "unsupported": g.get("unsupported"), "unmapped devices": g.get("unmapped")})
+    if g.get("redirected_apis"):
+        sec.table([report.Column("API"), report.Column("calls", kind="number"), report.Column("first at", kind="path"),
+                   report.Column("answered with")],
+                  [{"API": r["api"], "calls": r.get("count"), "first at": r.get("first_site"),
+                    "answered with": r.get("to")} for r in g["redirected_apis"]],
+                  caption="the original's own CUDA and torch.accelerator calls, answered for the CPU by ascendify "
+                          "run: the branches it took are a GPU's (a device-agnostic program hears that an "
+                          "accelerator is there)")
 
 
 def series_text(x: dict) -> str:

@@ -767,6 +767,9 @@ def _read_train(ctx: Context, jobs: list[Job]) -> StepResult:
     redir = _load_json(ctx.runs / "golden" / "run.json")
     if redir is not None and "golden" in runs:
         runs["golden"]["redirected"] = _count(redir.get("redirected"))
+        # which calls the reference run's answers came from: the branch it took (torch.accelerator's, as on a GPU)
+        runs["golden"]["redirected_apis"] = [{k: r.get(k) for k in ("api", "count", "first_site", "to")}
+                                             for r in (redir.get("redirected") or [])[:30] if isinstance(r, dict)]
         runs["golden"]["unsupported"] = _count(redir.get("unsupported"))
         runs["golden"]["unmapped"] = _count(redir.get("unmapped"))
         res.files.append(ctx.rel(ctx.runs / "golden" / "run.json"))
