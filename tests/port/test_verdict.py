@@ -174,6 +174,12 @@ def test_progress_while_the_runs_go_on(tmp_path):
     p.waiting(jobs)  # not again before EVERY seconds
     assert out.getvalue().count("\n") == 1
     assert "original 3 steps so far, migrated: no step yet after 70 s" in out.getvalue()
+    # a run stopped by its own budget exits 0: its line says why it stopped
+    (tmp_path / "golden" / "observe.json").write_text('{"stopped": "time budget of 60 s spent before the first step"}')
+    jobs[0].returncode, jobs[0].seconds = 0, 76.6
+    p.job(jobs[0])
+    assert "train-golden: time budget of 60 s spent before the first step, exit 0 (76.6 s)" in \
+        " ".join(out.getvalue().split())
 
 
 def test_unstable_bench_figures_are_said_and_never_compared(tmp_path):

@@ -259,7 +259,21 @@ class _Progress:
             state = "timed out"
         else:
             state = f"exit {job.returncode}"
+            why = self._stopped(job) if job.returncode == 0 else None
+            if why:  # the run's own stop: after its steps, at the budget (an exit 0 alone hides which)
+                state = f"{why}, {state}"
         self.say(f"  {job.name}: {state} ({job.seconds:.1f} s)")
+
+    def _stopped(self, job: Job) -> str | None:
+        """Why a training run stopped, as its observer wrote it (``10 steps done``, ``time budget of 60 s spent
+        before the first step``); None where it ended by itself or wrote nothing."""
+        if self.runs is None or not job.name.startswith("train-"):
+            return None
+        try:
+            why = json.loads((self.runs / job.name.removeprefix("train-") / "observe.json").read_text()).get("stopped")
+        except (OSError, ValueError, AttributeError):
+            return None
+        return why if isinstance(why, str) and why != "ended" else None
 
     def step(self, res: st.StepResult) -> None:
         if res.id in self.announced:  # read again after Ctrl-C: said once
