@@ -464,7 +464,8 @@ def _compare(sec, res, result) -> None:
         worst = max((float((series.get(k) or {}).get("max_rel_diff") or 0) for k in keys), default=0.0)
         first = cv.get("first")
         if cv["verdict"] == "nothing to compare":
-            sub.verdict("skip", f"NOTHING TO COMPARE: the losses are {cv.get('nonfinite')}",
+            sub.verdict("skip", "NOTHING TO COMPARE: " + (f"the losses are {cv['nonfinite']}" if cv.get("nonfinite")
+                                                          else "no loss column in common"),
                         f"A = {cv.get('a')}; B = {cv.get('b')}")
         elif cv["verdict"] != "not comparable":
             sub.verdict("ok" if cv["verdict"] == "match" else "fail",

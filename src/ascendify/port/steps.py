@@ -1046,7 +1046,8 @@ def read_compare(ctx: Context, jobs: list[Job], train: StepResult | None, tolera
         parts.append(f"{cv.get('what', 'loss')} curves NOT COMPARABLE (random draws on the device: "
                      f"{d0.get('api')} at {d0.get('first_at')})")
     elif cv.get("verdict") == "nothing to compare":
-        parts.append(f"{cv.get('what', 'loss')} curves: nothing to compare (the losses are {cv['nonfinite']})")
+        why = f"the losses are {cv['nonfinite']}" if cv.get("nonfinite") else "no loss column in common"
+        parts.append(f"{cv.get('what', 'loss')} curves: nothing to compare ({why})")
     elif cv.get("verdict"):
         parts.append(f"{cv.get('what', 'loss')} curves {cv['verdict'].upper()} within {tolerance:g}")
         if cv.get("first"):
