@@ -93,3 +93,21 @@ def test_a_call_through_torchs_plain_api_is_the_users():
     rep = rec.as_dict()
     assert [r["api"] for r in rep["redirected"]] == ["torch.autocast"] and rep["indirect"] == []
     assert "test_call_origin.py:" in rep["redirected"][0]["first_site"]
+
+
+def test_calls_ascendify_makes_itself_are_never_the_users(auto_cpu, tmp_path):
+    """``ascendify port``'s observer seeds the run (``torch.manual_seed`` calls ``torch.cuda.manual_seed_all``):
+    no frame of the user's is on that stack, and the call is ascendify's, not one of the user's CUDA calls."""
+    from ascendify.port import observe
+
+    obs = observe.Observer(str(tmp_path), steps=None, seconds=None, seed=0, root=str(tmp_path))
+    obs.install()
+    try:
+        torch.cuda.manual_seed_all(1)  # the user's own call is still the user's
+    finally:
+        obs.finish(0)
+    rep = auto_cpu.rec.as_dict()
+    mine = {r["api"]: r for r in rep["redirected"]}
+    assert mine["torch.cuda.manual_seed_all"]["count"] == 1
+    assert "test_call_origin.py:" in mine["torch.cuda.manual_seed_all"]["first_site"]
+    assert ("ascendify", "torch.cuda.manual_seed_all") in {(r["by"], r["api"]) for r in rep["indirect"]}

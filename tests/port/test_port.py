@@ -122,6 +122,7 @@ def test_the_original_failing_is_not_the_ports_fault(tmp_path):
     golden = _step(data, "train")["facts"]["runs"]["golden"]
     assert golden["known_errors"][0]["id"] == "module-not-found"
     assert "tiktoken_is_not_installed_here" in golden["failure"]
+    assert "curves: needs both runs, which did not both finish" in _step(data, "compare")["headline"]
 
 
 def test_torchrun_ddp_project_each_rank_watched_the_model_inside_ddp(tmp_path):
@@ -191,6 +192,22 @@ def test_weight_differences_are_findings_unless_every_weight_differs():
     assert weight_diffs(a, c)["all_differ"]
 
 
+def test_the_runs_commands_are_shown_as_they_run_from_the_report_folder(tmp_path):
+    # the command's own NAME=VALUE words and the project's root on PYTHONPATH (a script below the root imports the
+    # project's package), and the shell's && left unquoted on the page
+    from ascendify.port import render
+
+    ctx = steps.Context(out=tmp_path / "p-npu-report", project=tmp_path / "p", migrated=tmp_path / "p-npu",
+                        command=["python", "projects/adder/adder.py"], target="emulated", target_reason="", lanes=1,
+                        env={"PYTHONPATH": "/opt/deps"})
+    shown = {j.name: j.shown for j in steps.build_jobs(ctx)}
+    assert shown["train-golden"] == ("cd runs/golden/tree/p && PYTHONPATH=.:/opt/deps ascendify run --to cpu -- "
+                                     "python projects/adder/adder.py")
+    assert shown["train-target"].startswith("cd runs/target/tree/p && PYTHONPATH=.:/opt/deps ascendify emulate ")
+    page = render.wrap_command(shown["train-golden"])
+    assert " && PYTHONPATH=.:/opt/deps ascendify" in page and "'&&'" not in page
+
+
 def test_main_model_is_the_first_optimizers():
     obs = {"optimizers": [{}, {}], "models": [{"index": 0, "params": 100, "optimizers": [1]},
                                               {"index": 1, "params": 5, "optimizers": [0]},
@@ -240,6 +257,10 @@ def test_a_failure_is_named_by_its_exception_not_by_the_programs_last_line():
     plain = "Traceback (most recent call last):\n  File \"/p/a.py\", line 3, in <module>\nValueError: bad value\n"
     assert steps._first_user_frame(plain) == "a.py:3 in <module>: ValueError: bad value"
     assert steps._first_user_frame("killed\n") == "killed"
+    # pytorch/examples' word LM without its train.txt: a bare AssertionError says nothing without its line
+    bare = ('Traceback (most recent call last):\n  File "/r/tree/wlm/data.py", line 29, in tokenize\n'
+            '    assert os.path.exists(path)\nAssertionError\n')
+    assert steps._first_user_frame(bare) == "data.py:29 in tokenize: AssertionError at `assert os.path.exists(path)`"
 
 
 def test_a_compiled_trainer_compiles_on_both_sides_and_lockstep_runs_the_eager_model(tmp_path):
@@ -282,6 +303,7 @@ def test_a_time_budget_stops_a_run_before_its_first_step_and_proves_nothing(tmp_
     assert g["training"] is True and "output_mean" not in g["history"]  # not taken for an inference program
     assert "before the first step" in g["stopped"]
     assert "no training step within the time budget" in train["headline"]
+    assert "curves: no step to compare: neither run made a step" in _step(data, "compare")["headline"]
     items = {i["id"]: i["mark"] for i in data["checklist"]["items"]}
     assert "✓" not in (items["code.runs-on-target"], items["code.auto-migration"], items["prec.curves"])
 
@@ -297,6 +319,13 @@ def test_nan_losses_on_both_sides_are_never_ok(tmp_path):
     assert "the original's model has NaN/inf in 1 tensor(s) before its first step (weight)" in text
     items = {i["id"]: i["mark"] for i in data["checklist"]["items"]}
     assert items["code.runs-on-target"] == items["prec.curves"] == items["prec.lockstep"] == "n/a"
+    # NaN curves are no MATCH: there is not one step to compare
+    compare = _step(data, "compare")
+    assert compare["facts"]["curves"]["verdict"] == "nothing to compare" and "MATCH" not in compare["headline"]
+    assert "loss curves: nothing to compare (the losses are nan on both sides from step 0)" in compare["headline"]
+    assert "NOTHING TO COMPARE: the losses are nan" in (rep / "report.html").read_text()
+    # the model was built on the meta device (as FSDP2 does): its initialisers drew nothing on the device
+    assert compare["facts"]["curves"]["random_draws_on_device"] == []
 
 
 def test_a_program_that_reads_the_data_beside_its_folder_runs_as_without_port(tmp_path):

@@ -57,6 +57,23 @@ def test_both_runs_trained_and_the_lockstep_matched_is_proven():
     assert _item(r, "code.runs-on-target")["mark"] == "✓" and _item(r, "code.auto-migration")["mark"] == "✓"
 
 
+def test_one_step_is_one_step():
+    # pytorch/examples' DDP example makes one optimizer step on each of its 2 ranks
+    r = _result(_run([0.897], ranks=2), _run([0.897], ranks=2))
+    assert "both runs made 1 training step on 2 ranks each;" in r.verdict[1]
+    assert _item(r, "code.runs-on-target")["evidence"].startswith("1 step on the emulated NPU")
+
+
+def test_curves_not_comparable_are_said_once():
+    # random draws on the device (dropout in training mode): the lockstep decides, and the verdict says why once
+    r = _result(_run([2.0, 1.5]), _run([2.0, 1.6]), curves="not comparable")
+    r.steps["compare"].status = "warn"
+    status, text = r.verdict
+    assert status == "ok" and r.exit_code == 0
+    assert text.endswith("(both runs made 2 training steps; lockstep MATCH; loss curves NOT COMPARABLE (random "
+                         "draws on the device)) (doctor, migrate, bench skipped)")
+
+
 def test_the_original_made_no_step_is_not_proven_never_ok():
     # pytorch/examples' FSDP2 under run --to cpu: the original printed its message and exited before training
     g = _run([], stopped="ended", last_line="Unable to locate sufficient 2 gpus to run this example. Exiting.")
@@ -136,6 +153,10 @@ def test_progress_lines_fold_to_the_terminal(monkeypatch):
     _Progress(out, 7).say("emulated NPU (host CPU): no Ascend NPU or GPU here: the emulated NPU (on the host "
                           "CPU) stands in, at host speed")
     assert max(len(line) for line in out.getvalue().splitlines()) <= 80
+    out = io.StringIO()  # a long headline is cut at a clause, never inside a number ("loss 0.…")
+    _Progress(out, 7).step(st.StepResult("train", status="ok", headline=(
+        "emulated NPU (host CPU): 1 step on 2 ranks, loss 0.897; CPU: 1 step on 2 ranks, loss 0.8971234567")))
+    assert " ".join(out.getvalue().split()).endswith("1 step on 2 ranks, loss 0.897 …")
 
 
 def test_progress_while_the_runs_go_on(tmp_path):
@@ -153,6 +174,12 @@ def test_progress_while_the_runs_go_on(tmp_path):
     p.waiting(jobs)  # not again before EVERY seconds
     assert out.getvalue().count("\n") == 1
     assert "original 3 steps so far, migrated: no step yet after 70 s" in out.getvalue()
+    # a run stopped by its own budget exits 0: its line says why it stopped
+    (tmp_path / "golden" / "observe.json").write_text('{"stopped": "time budget of 60 s spent before the first step"}')
+    jobs[0].returncode, jobs[0].seconds = 0, 76.6
+    p.job(jobs[0])
+    assert "train-golden: time budget of 60 s spent before the first step, exit 0 (76.6 s)" in \
+        " ".join(out.getvalue().split())
 
 
 def test_unstable_bench_figures_are_said_and_never_compared(tmp_path):
@@ -213,3 +240,114 @@ def test_a_run_past_its_budget_is_asked_to_stop_then_killed(monkeypatch):
     assert time.monotonic() - t0 < 15
     assert polite.stopped_at is not None and polite.returncode == 130 and "wrote what it found" in polite.output
     assert stuck.stopped_at is not None and stuck.returncode < 0 and not stuck.timed_out
+
+
+class _TinyVAE(__import__("torch").nn.Module):
+    """pytorch/examples' VAE in small: the reparameterisation draws in eval mode too."""
+
+    def __init__(self, act="ReLU"):
+        import torch.nn as nn
+
+        super().__init__()
+        self.enc, self.dec = nn.Linear(8, 4), nn.Sequential(nn.Linear(2, 8), getattr(nn, act)())
+
+    def forward(self, x):
+        import torch
+
+        mu, logvar = self.enc(x).chunk(2, dim=1)
+        return self.dec(mu + torch.randn_like(mu) * torch.exp(0.5 * logvar)), mu, logvar
+
+
+@pytest.mark.parametrize("target_act, verdict", [("ReLU", "not comparable"), ("Tanh", "divergence")])
+def test_a_model_that_draws_in_its_forward_is_not_comparable_but_a_real_divergence_stays(tmp_path, target_act,
+                                                                                         verdict):
+    import json
+
+    import cloudpickle
+    import torch
+
+    from ascendify.port import lockstep
+
+    torch.manual_seed(0)
+    golden = _TinyVAE()
+    target = _TinyVAE(target_act)
+    target.load_state_dict(golden.state_dict())
+    for name, obj in (("g.pkl", golden), ("t.pkl", target)):
+        (tmp_path / name).write_bytes(cloudpickle.dumps(obj))
+    torch.save(((torch.randn(4, 8),), {}), tmp_path / "b.pt")
+    rc = lockstep.main(["--golden", str(tmp_path / "g.pkl"), "--target", str(tmp_path / "t.pkl"), "--batch",
+                        str(tmp_path / "b.pt"), "--target-device", "cpu", "-o", str(tmp_path / "out")])
+    data = json.loads((tmp_path / "out" / "compare.json").read_text())
+    assert data["verdict"] == verdict and rc == (0 if verdict == "not comparable" else 1)
+    draws = data["meta"]["random_draws"]
+    assert draws[0]["module"] == "(root)" and draws[0]["api"] == "torch.randn_like"
+    assert draws[0]["first_at"].startswith("test_verdict.py:")
+    if verdict == "divergence":  # the decoder differs without drawing: still the first divergence
+        assert data["first_divergence"]["name"].startswith("dec")
+        return
+    ls = {"verdict": data["verdict"], "random_draws": draws}
+    r = _result(_run([2.0, 1.5]), _run([2.0, 1.5]), lockstep=None)
+    r.steps["compare"].facts["lockstep"] = ls
+    r.checklist = cl.evaluate(r.steps, "emulated")
+    status, text = r.verdict
+    assert r.exit_code == 5 and status == "not proven"
+    assert "the lockstep cannot compare the model: the model draws random numbers in its forward, in eval mode too " \
+           "(torch.randn_like at test_verdict.py:" in text
+    assert _item(r, "prec.lockstep")["mark"] == "n/a"
+
+
+def test_the_migrate_headline_counts_the_sites_left_to_the_person(tmp_path):
+    # pytorch/examples' imagenet: 14 of 18 sites converted, DataParallel listed (a fix only --unsafe applies):
+    # the headline said "0 unsupported" and nothing of the 4 sites left
+    import json
+
+    from ascendify.port.jobs import Job
+
+    (tmp_path / "r" / "migrate" / "report").mkdir(parents=True)
+    (tmp_path / "r" / "migrate" / "report" / "report.json").write_text(json.dumps({"totals": {
+        "cuda_sites": 18, "converted": 14, "report_only": 4, "unsupported": 0, "changed": 1, "native_ops": 0}}))
+    ctx = st.Context(out=tmp_path / "r", project=tmp_path / "p", migrated=tmp_path / "p-npu", command=[],
+                     target="emulated", target_reason="", lanes=1)
+    job = Job("migrate", "migrate", [])
+    job.returncode = 0
+    res = st.read_migrate(ctx, [job])
+    assert res.headline == ("14 of 18 CUDA sites converted in 1 file; 4 left to you (unsupported.csv), "
+                            "0 unsupported, 0 custom ops to port")
+
+
+@pytest.mark.parametrize("g2, t2", [([0.69, 0.63], [0.69, 0.64]), (["nan", "nan"], ["nan", "nan"])])
+def test_the_page_plots_every_loss_series_and_draws_nan_losses(monkeypatch, g2, t2):
+    # a GAN's two losses: both plotted A vs B (only "loss" was); NaN losses (FSDP2's) broke the section:
+    # "this section could not be drawn: TypeError: unsupported operand type(s) for -: 'str' and 'str'"
+    from ascendify import report
+    from ascendify.port import render
+
+    drawn = []
+    monkeypatch.setattr(report.plots, "line_plot", lambda series, **kw: drawn.append((kw["title"], series)) or b"")
+    r = _result(_run([0.70, 0.69]), _run([0.70, 0.69]))
+    r.steps["compare"].facts["curves"] = {"verdict": "match", "what": "loss", "tolerance": 0.05, "series": {
+        "loss": {"x": [0, 1], "a": [0.70, 0.69], "b": [0.70, 0.691], "max_rel_diff": 0.0014},
+        "loss_2": {"x": [0, 1], "a": g2, "b": t2, "max_rel_diff": 0.016}}}
+    page = render.html_report(r).to_html()
+    assert "could not be drawn" not in page
+    (_, lines), *_ = [d for d in drawn if d[0] == "loss, loss_2: A vs B"]
+    assert set(lines) >= {"A: original, CPU loss", "B: migrated, target loss"}
+    if g2[0] == "nan":  # nothing finite to draw for loss_2
+        assert "A: original, CPU loss_2" not in lines
+    else:
+        assert lines["A: original, CPU loss_2"] == ([0, 1], [0.69, 0.63])
+        assert "MATCH: loss, loss_2 within 0.05" in page
+
+
+def test_the_page_shows_the_accelerator_calls_the_reference_run_answered():
+    # pytorch/examples at head asks torch.accelerator: the page says what the reference's answers came from
+    from ascendify.port import render
+
+    golden = _run([2.0, 1.5], redirected=2, redirected_apis=[
+        {"api": "torch.accelerator.is_available", "count": 1, "first_site": "main.py:59",
+         "to": "cpu available (user code)"},
+        {"api": "torch.accelerator.current_accelerator", "count": 1, "first_site": "main.py:60",
+         "to": "cpu (stands for cuda)"}])
+    page = render.html_report(_result(golden, _run([2.0, 1.5]))).to_html()
+    assert "torch.accelerator.current_accelerator" in page and "cpu (stands for cuda)" in page
+    assert "main.py:60" in page and "the branches it took are a GPU" in page

@@ -8,6 +8,7 @@ is walked only the first time an API is seen, so recording stays off the hot pat
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import sysconfig
@@ -184,6 +185,21 @@ def call_site(depth: int = 2) -> str:
     return fallback or "<unknown>"
 
 
+_TOOL = [0]  # above 0 while ascendify itself calls a redirected API (port's observer seeding a run)
+
+
+@contextlib.contextmanager
+def tool_calls():
+    """Calls made inside this block are ascendify's own (``ascendify port``'s observer seeds every generator of
+    the run with ``torch.manual_seed``, which calls ``torch.cuda.manual_seed_all``): counted apart as indirect
+    calls by ``ascendify``, never as the user's, whatever the stack above holds."""
+    _TOOL[0] += 1
+    try:
+        yield
+    finally:
+        _TOOL[0] -= 1
+
+
 # ---------------------------------------------------------------------------------------------- recorder
 
 
@@ -214,7 +230,7 @@ class Recorder:
 
     # hot path: a short walk to the nearest caller that is not ascendify, and one dict lookup
     def hit(self, api: str, detail: str = "") -> None:
-        by = calling_library(2)  # from hit's caller up: ascendify's own frames pass the call on
+        by = "ascendify" if _TOOL[0] else calling_library(2)  # from hit's caller up: ascendify's frames pass on
         if by is not None:
             self._indirect(by, "redirected", api, detail)
             return
@@ -238,7 +254,7 @@ class Recorder:
             self.on_first()
 
     def noop(self, api: str, reason: str) -> None:
-        by = calling_library(2)  # from the caller up: ascendify's own frames pass the call on
+        by = "ascendify" if _TOOL[0] else calling_library(2)  # from the caller up: ascendify's frames pass on
         if by is not None:
             self._indirect(by, "no_effect", api, reason)
             return

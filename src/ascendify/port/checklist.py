@@ -21,6 +21,7 @@ from typing import Any
 
 from ascendify.core import knowledge
 from ascendify.port.steps import StepResult, number_text
+from ascendify.report.tables import plural
 
 PASS, FAIL, NA = "✓", "✗", "n/a"
 
@@ -228,9 +229,9 @@ def _runs_on_target(steps: Steps, target: str) -> Verdict:
         bad = proof.first_nonfinite(r)
         if bad:  # a finding where the original's loss stays finite; no evidence where it is NaN too
             both = proof.first_nonfinite(_runs(steps).get("golden", {}))
-            return Verdict(NA if both else FAIL, f"{n} steps on {where}, but the loss is {bad[1]} from step "
+            return Verdict(NA if both else FAIL, f"{plural(n, 'step')} on {where}, but the loss is {bad[1]} from step "
                            f"{bad[0]}" + ("; the original's too: nothing to compare" if both else ""), "train")
-        return Verdict(PASS, f"{n} steps on {where}, final loss {_num(hist['loss'][-1])}", "train")
+        return Verdict(PASS, f"{plural(n, 'step')} on {where}, final loss {_num(hist['loss'][-1])}", "train")
     if proof.model_calls(r):
         return Verdict(PASS, f"{proof.model_calls(r)} model calls on {where} (no training step)", "train")
     return Verdict(FAIL, f"no model call on {where}", "train")
@@ -327,7 +328,7 @@ def _perf_mfu(steps: Steps, target: str) -> Verdict:
 def _perf_advice(steps: Steps, target: str) -> Verdict:
     """migrate's totals: performance advice items (advice.csv)."""
     n = int(_totals(steps).get("advice") or 0)
-    return Verdict(PASS, f"{n} advice items in advice.csv" if n else "no performance advice for this project",
+    return Verdict(PASS, f"{plural(n, 'advice item')} in advice.csv" if n else "no performance advice for this project",
                    "migrate")
 
 
@@ -345,6 +346,11 @@ def _compare(steps: Steps, key: str) -> dict[str, Any]:
 def _prec_lockstep(steps: Steps, target: str) -> Verdict:
     """Lockstep ``compare_models`` verdict: match."""
     d = _compare(steps, "lockstep")
+    if d.get("verdict") == "not comparable":  # a model that draws in its forward: no evidence either way
+        from ascendify.port.steps import random_in_forward
+
+        return Verdict(NA, "not comparable: " + (random_in_forward(d["random_draws"]) if d.get("random_draws")
+                                                 else "random calls drew differently"), "compare")
     e2e = d.get("end_to_end") or {}
     text = f"{d.get('verdict')}: {d.get('matched', 0)} matched calls"
     if e2e.get("cosine") is not None:
@@ -370,7 +376,7 @@ def _prec_curves(steps: Steps, target: str) -> Verdict:
     loss = (d.get("series") or {}).get("loss", {})
     text = f"{d.get('verdict')} within {d.get('tolerance', 0.05):g}"
     if loss:
-        text += f" over {loss.get('steps', 0)} steps, largest relative difference {loss.get('max_rel_diff', 0):.2%}"
+        text += f" over {plural(loss.get('steps', 0), 'step')}, largest relative difference {loss.get('max_rel_diff', 0):.2%}"
     if d.get("first"):
         text += f"; leaves the band at step {d['first'].get('step')}"
     return Verdict(PASS if d.get("verdict") == "match" else FAIL, text, "compare")

@@ -11,13 +11,15 @@ target keeps its own weights; only when *every* randomly initialised parameter d
 initialisations, e.g. a model built on the device with another generator) are the golden weights copied, and the
 verdict says so. Then one backward on both sides compares the gradients module by module (``precision.gradients``).
 Writes ``compare.json``/``.csv``/``.html`` (as ``ascendify compare``), ``weights.json`` and ``gradients.json``
-(``gradients.summary``) into the output folder; exit status 0 match, 1 divergence, 3 the models or the batch could
+(``gradients.summary``) into the output folder; exit status 0 match (or not comparable: a model that draws random
+numbers in its forward, see :func:`draws_by_module`), 1 divergence, 3 the models or the batch could
 not be loaded.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from typing import Any
 
@@ -104,6 +106,88 @@ def nonfinite_tensors(model) -> list[str]:
     return out
 
 
+@contextlib.contextmanager
+def draws_by_module(models):
+    """Random draws made inside the models' calls while the block runs (a VAE's reparameterisation draws in
+    eval mode too), by the dotted path of the innermost module of ``models`` they were made in: ``{path: {"api",
+    "calls", "first_at"}}``. The lockstep re-runs each call on the golden inputs: a call that draws gives other
+    numbers every time, on any device, so its difference is no error of the port."""
+    import torch
+
+    from ascendify.core.patching import Patches
+    from ascendify.port.observe import patch_random_draws
+
+    paths = {id(m): name for model in models for name, m in model.named_modules()}
+    stack: list[str] = []
+    drew: dict[str, dict[str, Any]] = {}
+
+    def on_draw(api: str, dev: str) -> None:
+        if dev == "meta" or not stack:
+            return
+        e = drew.setdefault(stack[-1], {"api": api, "calls": 0, "first_at": _site()})
+        e["calls"] += 1
+
+    def pre(mod, args):
+        stack.append(paths.get(id(mod), stack[-1] if stack else None))
+
+    def post(mod, args, out):
+        if stack:
+            stack.pop()
+
+    patches = Patches()
+    handles = [torch.nn.modules.module.register_module_forward_pre_hook(pre),
+               torch.nn.modules.module.register_module_forward_hook(post, always_call=True)]
+    patch_random_draws(patches, torch, on_draw)
+    try:
+        yield drew
+    finally:
+        patches.restore()
+        for h in handles:
+            h.remove()
+        drew.pop(None, None)  # type: ignore[call-overload]  (a module of neither model: a copy the check made)
+
+
+def _site() -> str:
+    """``file:line`` of the nearest frame outside torch and ascendify (the model's own code; a file of a run's
+    tree is named from the tree's root)."""
+    import os
+
+    import torch
+
+    skip = (os.path.dirname(torch.__file__), os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    f = sys._getframe(2)
+    while f is not None:
+        fn = f.f_code.co_filename
+        if not fn.startswith("<") and not fn.startswith(skip):
+            rel = fn.split("/tree/", 1)[1].split("/", 1)[-1] if "/tree/" in fn else os.path.basename(fn)
+            return f"{rel}:{f.f_lineno}"
+        f = f.f_back
+    return "?"
+
+
+def mark_random_calls(result, drew: dict[str, dict[str, Any]]) -> list[str]:
+    """The flagged module calls of a lockstep ``result`` that drew random numbers, or hold a module that did,
+    become *not comparable* (their difference is the draws'); returns their names. A call that differs without
+    drawing stays flagged: a real divergence is never hidden."""
+    def covers(path: str | None) -> str | None:
+        for d in drew:
+            if path is not None and (d == path or path == "" or d.startswith(path + ".")):
+                return d
+        return None
+
+    out = []
+    for n in result.nodes:
+        d = covers(n.module) if n.kind == "module" and n.flagged else None
+        if d is None:
+            continue
+        e = drew[d]
+        n.flagged, n.not_comparable = False, True
+        n.note = (f"not comparable: {'it' if d == n.module else d or '(root)'} draws random numbers in its forward, "
+                  f"in eval mode too ({e['api']} at {e['first_at']}): a re-run draws other numbers")
+        out.append(n.name)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m ascendify.port.lockstep", description=__doc__.split("\n\n")[0])
     p.add_argument("--runs", help="the runs folder of ascendify port (golden/ and target/ hold observe.json): "
@@ -170,11 +254,15 @@ def main(argv: list[str] | None = None) -> int:
     settings = dict(kwargs=kwargs, golden_device="cpu", golden_dtype=torch.float32, target_device=a.target_device,
                     target_autocast=ac, eval_mode=not a.train_mode)
     skipped = None
-    try:
-        result = compare_models(golden, target, *args, backward=True, **settings)
-    except gradients.LossError as e:  # an output with nothing to backpropagate: forward only, and say why
-        skipped = str(e)
-        result = compare_models(golden, target, *args, **settings)
+    with draws_by_module((golden, target)) as drew:
+        try:
+            result = compare_models(golden, target, *args, backward=True, **settings)
+        except gradients.LossError as e:  # an output with nothing to backpropagate: forward only, and say why
+            skipped = str(e)
+            result = compare_models(golden, target, *args, **settings)
+    random_calls = mark_random_calls(result, drew)
+    if random_calls:
+        result.meta["random_draws"] = [{"module": k or "(root)", **v} for k, v in drew.items()]
     weights = dict(result.weights or {})
     report.write_json(f"{a.out}/weights.json", weights)
     grads = {"skipped": skipped} if skipped else gradients.summary(result)
@@ -191,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"lockstep: {verdict}" + (f"; {n} parameter(s) differ before any step" if n else "")
           + ("; weights copied (every parameter differed)" if copied else "")
           + (f"; gradients: {grads.get('verdict') or grads.get('skipped')}"))
-    return 0 if verdict in ("match", "nothing to compare") else 1
+    return 0 if verdict in ("match", "nothing to compare", "not comparable") else 1
 
 
 if __name__ == "__main__":

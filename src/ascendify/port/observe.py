@@ -132,6 +132,59 @@ class _Model:
         self.defined_at: str | None = None  # asked at the first call: a class of the script's __main__ is gone later
 
 
+def patch_random_draws(patches, torch, on_draw) -> None:
+    """Wrap torch's random calls (``torch.rand*``, ``normal``, ``multinomial``, ``bernoulli``, the in-place
+    ``Tensor.*_`` draws, dropout while it drops) in ``patches``: ``on_draw(api, device_type)`` before each draw
+    that can be placed on a device. Used by the observer (draws on the device) and by the lockstep (draws inside
+    a model's forward)."""
+
+    def wrap(owner, name: str, api: str, device_of) -> None:
+        orig = getattr(owner, name, None)
+        if orig is None:
+            return
+
+        def draw(*args, **kwargs):
+            try:
+                dev = device_of(args, kwargs)
+            except Exception:  # noqa: BLE001 (a draw we cannot place is not counted)
+                dev = None
+            if dev is not None:
+                on_draw(api, dev)
+            return orig(*args, **kwargs)
+
+        patches.set(owner, name, draw)
+
+    def from_kw_or_first(args, kwargs):
+        d = kwargs.get("device")
+        if d is not None:
+            return torch.device(d).type
+        t = next((a for a in args if isinstance(a, torch.Tensor)), None)
+        if t is not None:
+            return t.device.type
+        return torch.get_default_device().type
+
+    def from_self(args, kwargs):
+        return args[0].device.type if args and isinstance(args[0], torch.Tensor) else None
+
+    def from_dropout(args, kwargs):
+        x = args[0] if args else kwargs.get("input")
+        p = args[1] if len(args) > 1 else kwargs.get("p", 0.5)
+        training = args[2] if len(args) > 2 else kwargs.get("training", True)
+        if not training or not p:
+            return None
+        return x.device.type if isinstance(x, torch.Tensor) else None
+
+    for name in ("rand", "randn", "randint", "randperm", "normal", "rand_like", "randn_like", "randint_like"):
+        wrap(torch, name, f"torch.{name}", from_kw_or_first)
+    for name in ("multinomial", "bernoulli", "poisson"):
+        wrap(torch, name, f"torch.{name}", from_self)
+    for name in ("bernoulli_", "uniform_", "normal_", "random_", "exponential_", "geometric_", "cauchy_",
+                 "log_normal_", "multinomial"):
+        wrap(torch.Tensor, name, f"Tensor.{name}", from_self)
+    for name in ("dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout"):
+        wrap(torch.nn.functional, name, f"F.{name}", from_dropout)
+
+
 class Observer:
     def __init__(self, out_dir: str, *, steps: int | None, seconds: float | None, seed: int, root: str,
                  overflow: bool = False):
@@ -182,7 +235,10 @@ class Observer:
             np.random.seed(self.seed)
         except ImportError:
             pass
-        torch.manual_seed(self.seed)
+        from ascendify.auto.record import tool_calls
+
+        with tool_calls():  # seeds torch.cuda's generators too: under redirection that is no call of the user's
+            torch.manual_seed(self.seed)
         torch.use_deterministic_algorithms(True, warn_only=True)
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
         self._patches = Patches()
@@ -294,54 +350,13 @@ class Observer:
 
     def _patch_random(self, torch) -> None:
         """Random draws made on an accelerator use its generator, the reference run's the CPU's: the seeds cannot
-        make them agree. Count them, with the first place in the user's code."""
-        obs = self
+        make them agree. Count them, with the first place in the user's code (a meta tensor draws nothing)."""
 
-        def wrap(owner, name: str, api: str, device_of) -> None:
-            orig = getattr(owner, name, None)
-            if orig is None:
-                return
+        def on_draw(api: str, dev: str) -> None:
+            if dev not in ("cpu", "meta"):
+                self._random_draw(api, dev)
 
-            def draw(*args, **kwargs):
-                try:
-                    dev = device_of(args, kwargs)
-                except Exception:  # noqa: BLE001 (a draw we cannot place is not counted)
-                    dev = None
-                if dev is not None and dev != "cpu":
-                    obs._random_draw(api, dev)
-                return orig(*args, **kwargs)
-
-            self._patches.set(owner, name, draw)
-
-        def from_kw_or_first(args, kwargs):
-            d = kwargs.get("device")
-            if d is not None:
-                return torch.device(d).type
-            t = next((a for a in args if isinstance(a, torch.Tensor)), None)
-            if t is not None:
-                return t.device.type
-            return torch.get_default_device().type
-
-        def from_self(args, kwargs):
-            return args[0].device.type if args and isinstance(args[0], torch.Tensor) else None
-
-        def from_dropout(args, kwargs):
-            x = args[0] if args else kwargs.get("input")
-            p = args[1] if len(args) > 1 else kwargs.get("p", 0.5)
-            training = args[2] if len(args) > 2 else kwargs.get("training", True)
-            if not training or not p:
-                return None
-            return x.device.type if isinstance(x, torch.Tensor) else None
-
-        for name in ("rand", "randn", "randint", "randperm", "normal", "rand_like", "randn_like", "randint_like"):
-            wrap(torch, name, f"torch.{name}", from_kw_or_first)
-        for name in ("multinomial", "bernoulli", "poisson"):
-            wrap(torch, name, f"torch.{name}", from_self)
-        for name in ("bernoulli_", "uniform_", "normal_", "random_", "exponential_", "geometric_", "cauchy_",
-                     "log_normal_", "multinomial"):
-            wrap(torch.Tensor, name, f"Tensor.{name}", from_self)
-        for name in ("dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout"):
-            wrap(torch.nn.functional, name, f"F.{name}", from_dropout)
+        patch_random_draws(self._patches, torch, on_draw)
 
     def _random_draw(self, api: str, device: str) -> None:
         if _in_compiler():  # torch.compile's own draws (inductor's pattern tracing), not the program's

@@ -23,6 +23,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from ascendify.report.tables import plural
+
 Steps = dict[str, Any]  # step id -> its StepResult (ascendify.port.steps): status, headline, facts
 
 SIDES = (("golden", "the original"), ("target", "the migrated copy"))
@@ -143,6 +145,10 @@ def gaps(steps: Steps) -> list[str]:
         why = str(ls["skipped"])
         out.append("the lockstep did not run (--skip compare)" if why.startswith("skipped (--skip)") else
                    f"the lockstep compared nothing ({why.removeprefix('nothing to compare: ')})")
+    elif ls.get("verdict") == "not comparable" and ls.get("random_draws"):
+        from ascendify.port.steps import random_in_forward
+
+        out.append(f"the lockstep cannot compare the model: {random_in_forward(ls['random_draws'])}")
     elif ls.get("verdict") not in ("match", "divergence") and not ls.get("error"):
         out.append(f"the lockstep gave no verdict ({ls.get('verdict') or 'not run'})")
     elif ls.get("verdict") == "match" and train.facts.get("param_counts_agree") is False:
@@ -175,9 +181,10 @@ def evidence(steps: Steps) -> str:
     runs = (steps["train"].facts.get("runs") if "train" in steps else None) or {}
     g, t = runs.get("golden") or {}, runs.get("target") or {}
     training = is_training(g) or is_training(t)
-    count, unit = (steps_made, "training steps") if training else (model_calls, "model calls")
+    count, unit = (steps_made, "training step") if training else (model_calls, "model call")
     ng, nt = count(g), count(t)
-    parts = [f"both runs made {ng} {unit}" if ng == nt else f"the original made {ng} {unit}, the migrated copy {nt}"]
+    parts = [f"both runs made {plural(ng, unit)}" if ng == nt else
+             f"the original made {plural(ng, unit)}, the migrated copy {nt}"]
     ranks = max(int(g.get("ranks") or 1), int(t.get("ranks") or 1))
     if ranks > 1:
         parts[0] += f" on {ranks} ranks each"
@@ -186,5 +193,6 @@ def evidence(steps: Steps) -> str:
     if ls.get("verdict"):
         parts.append(f"lockstep {ls['verdict'].upper()}")
     if cv.get("verdict"):
-        parts.append(f"{cv.get('what', 'loss')} curves {cv['verdict'].upper()}")
+        parts.append(f"{cv.get('what', 'loss')} curves {cv['verdict'].upper()}"
+                     + (" (random draws on the device)" if cv["verdict"] == "not comparable" else ""))
     return "; ".join(parts)

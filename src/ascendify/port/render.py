@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import difflib
 import html
+import math
 from pathlib import Path
 from typing import Any
 
@@ -62,9 +63,17 @@ def wrap_command(cmd: str, width: int = 100) -> str:
     ascendify run --to cpu \\
         train.py --steps 4 \\
         --batch-size 2
+    >>> wrap_command("cd runs/golden/tree/p && X='a b' ascendify run -- python t.py")  # the shell's own words
+    "cd runs/golden/tree/p && X='a b' ascendify run -- python t.py"
     """
     import shlex
     import textwrap
+
+    def quote(w: str) -> str:  # a word of the shell's own (&&, ;) stays what it is, NAME=VALUE an assignment
+        if w in ("&&", "||", ";", "|"):
+            return w
+        name, eq, value = w.partition("=")
+        return f"{name}={shlex.quote(value)}" if eq and name.isidentifier() else shlex.quote(w)
 
     try:
         words = shlex.split(cmd)
@@ -73,9 +82,9 @@ def wrap_command(cmd: str, width: int = 100) -> str:
     groups: list[str] = []
     for w in words:
         if groups and not w.startswith("-") and groups[-1].startswith("-") and " " not in groups[-1]:
-            groups[-1] += " " + shlex.quote(w)
+            groups[-1] += " " + quote(w)
         else:
-            groups.append(shlex.quote(w))
+            groups.append(quote(w))
     lines, cur = [], ""
     for g in groups:
         if cur and len(cur) + 1 + len(g) > width - 2:
@@ -319,6 +328,14 @@ def _train(sec, res, result) -> None:
     if "redirected" in g:
         sec.kv({"CUDA APIs redirected to the CPU (ascendify run)": g.get("redirected"),
                 "unsupported": g.get("unsupported"), "unmapped devices": g.get("unmapped")})
+    if g.get("redirected_apis"):
+        sec.table([report.Column("API"), report.Column("calls", kind="number"), report.Column("first at", kind="path"),
+                   report.Column("answered with")],
+                  [{"API": r["api"], "calls": r.get("count"), "first at": r.get("first_site"),
+                    "answered with": r.get("to")} for r in g["redirected_apis"]],
+                  caption="the original's own CUDA and torch.accelerator calls, answered for the CPU by ascendify "
+                          "run: the branches it took are a GPU's (a device-agnostic program hears that an "
+                          "accelerator is there)")
 
 
 def series_text(x: dict) -> str:
@@ -397,11 +414,13 @@ def _compare(sec, res, result) -> None:
     ls, cv = res.facts.get("lockstep") or {}, res.facts.get("curves") or {}
     sub = sec.section("Lockstep: the model, layer by layer", anchor="compare-lockstep")
     if ls.get("verdict"):
-        st_ = "ok" if ls["verdict"] == "match" else "fail"
+        st_ = {"match": "ok", "not comparable": "warn"}.get(ls["verdict"], "fail")
         fd = ls.get("first_divergence")
         sub.verdict(st_, f"{ls['verdict'].upper()}: {ls.get('target')} vs {ls.get('golden')}",
-                    f"first divergence: {fd}" if fd else f"{ls.get('matched', 0)} matched module calls, none over "
-                                                         "its limit")
+                    f"first divergence: {fd}" if fd else
+                    st.random_in_forward(ls["random_draws"]) + ": each run draws other numbers, whatever the port"
+                    if ls.get("random_draws") else
+                    f"{ls.get('matched', 0)} matched module calls, none over its limit")
         if ls.get("eager_model"):
             sub.text(ls["eager_model"])
         e2e = ls.get("end_to_end") or {}
@@ -440,31 +459,42 @@ def _compare(sec, res, result) -> None:
         sub.verdict("warn", "NOT COMPARABLE", cv.get("why"))
     if cv.get("verdict"):
         series = cv.get("series") or {}
-        key = "loss" if "loss" in series else "output_mean"
-        loss = series.get(key) or {}
+        keys = [k for k in series if k.startswith("loss")] or ["output_mean"]  # a GAN: loss, loss_2 (each plotted)
+        key = ", ".join(keys)
+        worst = max((float((series.get(k) or {}).get("max_rel_diff") or 0) for k in keys), default=0.0)
         first = cv.get("first")
-        if cv["verdict"] != "not comparable":
+        if cv["verdict"] == "nothing to compare":
+            sub.verdict("skip", "NOTHING TO COMPARE: " + (f"the losses are {cv['nonfinite']}" if cv.get("nonfinite")
+                                                          else "no loss column in common"),
+                        f"A = {cv.get('a')}; B = {cv.get('b')}")
+        elif cv["verdict"] != "not comparable":
             sub.verdict("ok" if cv["verdict"] == "match" else "fail",
                         f"{cv['verdict'].upper()}: {key} within {cv.get('tolerance', 0.05):g} (relative) at every "
                         "step" if not first else
                         f"{cv['verdict'].upper()}: {key} leaves the band at step {first.get('step')}",
-                        f"A = {cv.get('a')}; B = {cv.get('b')}; largest relative difference "
-                        f"{loss.get('max_rel_diff', 0):.2%}")
-        if loss.get("x"):
-            png = report.plots.line_plot({"A: original, CPU": (loss["x"], loss["a"]),
-                                          "B: migrated, target": (loss["x"], loss["b"])},
-                                         title=f"{key}: A vs B", xlabel="step", ylabel=key,
-                                         mark_x=first.get("step") if first else None,
-                                         mark_label="first step outside the band" if first else None)
-            figs = [(png, "loss curves compared by ascendify compare --curves")]
-            tol = float(cv.get("tolerance") or 0.05)
-            pts = [(x, abs(b - a) / max(abs(a), abs(b), 1e-30)) for x, a, b in zip(loss["x"], loss["a"], loss["b"],
-                                                                                   strict=False)]
-            pts = [(x, r) for x, r in pts if r > 0]  # equal losses have no place on a log scale
+                        f"A = {cv.get('a')}; B = {cv.get('b')}; largest relative difference {worst:.2%}")
+        lines, diffs = {}, {}
+        for k in keys:
+            d = series.get(k) or {}
+            x, a, b = d.get("x") or [], [_finite(v) for v in d.get("a") or []], [_finite(v) for v in d.get("b") or []]
+            name = "" if len(keys) == 1 else f" {k}"
+            lines[f"A: original, CPU{name}"] = _finite_points(x, a)
+            lines[f"B: migrated, target{name}"] = _finite_points(x, b)
+            pts = [(xi, abs(bi - ai) / max(abs(ai), abs(bi), 1e-30)) for xi, ai, bi in zip(x, a, b, strict=False)
+                   if ai is not None and bi is not None]
+            pts = [(xi, r) for xi, r in pts if r > 0]  # equal losses have no place on a log scale
             if pts:
-                png = report.plots.line_plot({"|B − A| / max(|A|, |B|)": ([x for x, _ in pts], [r for _, r in pts])},
-                                             title="relative difference of the loss", xlabel="step",
-                                             ylabel="relative difference", logy=True, hline=tol,
+                diffs[f"|B − A| / max(|A|, |B|){name}"] = ([xi for xi, _ in pts], [r for _, r in pts])
+        if any(xs for xs, _ in lines.values()):
+            png = report.plots.line_plot({n: v for n, v in lines.items() if v[0]},
+                                         title=f"{key}: A vs B", xlabel="step", ylabel=keys[0] if len(keys) == 1
+                                         else "loss", mark_x=first.get("step") if first else None, integer_x=True,
+                                         mark_label="first step outside the band" if first else None)
+            figs = [(png, "loss curves compared by ascendify compare --curves (NaN/inf steps left out)")]
+            tol = float(cv.get("tolerance") or 0.05)
+            if diffs:
+                png = report.plots.line_plot(diffs, title="relative difference of the loss", xlabel="step",
+                                             ylabel="relative difference", logy=True, hline=tol, integer_x=True,
                                              hline_label=f"tolerance {tol:g}")
                 figs.append((png, "how far inside the band the runs stay (log scale; steps where the two losses "
                                   "are equal are left out)"))
@@ -480,6 +510,20 @@ def _compare(sec, res, result) -> None:
         sub.link("compare/curves/curves.html", "the curves report (compare/curves/curves.html)")
     else:
         sub.verdict("skip", str(cv.get("skipped") or "not run"))
+
+
+def _finite(v: Any) -> float | None:
+    """A loss value as a float, None where it is NaN or inf (JSON brings them back as strings)."""
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+def _finite_points(x: list, y: list) -> tuple[list, list]:
+    pts = [(xi, yi) for xi, yi in zip(x, y, strict=False) if yi is not None]
+    return [p[0] for p in pts], [p[1] for p in pts]
 
 
 LOSS_CAPTION = "loss per step: the migrated copy on the target vs the unmodified original on the CPU"
@@ -513,7 +557,8 @@ def loss_png(result) -> bytes | None:
             return None
         what = "training loss per step" if key == "loss" else "model output mean per call (no training step)"
         return report.plots.line_plot(series, title=f"{what} ({result.entry or 'the program'})", xlabel="step",
-                                      ylabel=key.replace("_", " "), markers=len(next(iter(series.values()))[0]) <= 40)
+                                      ylabel=key.replace("_", " "), markers=len(next(iter(series.values()))[0]) <= 40,
+                                      integer_x=True)
 
     return _cached(result, "loss", draw)
 

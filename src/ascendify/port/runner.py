@@ -131,8 +131,6 @@ class PortResult:
         skipped = [s.id for s in self.steps.values() if s.status == "skip" and s.id in st.STEP_IDS]
         tail = f" ({', '.join(skipped)} skipped)" if skipped else ""
         cv = (self.steps["compare"].facts.get("curves") or {}) if "compare" in self.steps else {}
-        if cv.get("verdict") == "not comparable":
-            tail += "; the curves are not comparable (random draws on the device), the lockstep matches"
         if cv.get("constant"):
             tail += f"; the loss is {cv['constant']} at every step, so its curves say nothing: the lockstep decides"
         from ascendify.port import proof
@@ -261,14 +259,28 @@ class _Progress:
             state = "timed out"
         else:
             state = f"exit {job.returncode}"
+            why = self._stopped(job) if job.returncode == 0 else None
+            if why:  # the run's own stop: after its steps, at the budget (an exit 0 alone hides which)
+                state = f"{why}, {state}"
         self.say(f"  {job.name}: {state} ({job.seconds:.1f} s)")
+
+    def _stopped(self, job: Job) -> str | None:
+        """Why a training run stopped, as its observer wrote it (``10 steps done``, ``time budget of 60 s spent
+        before the first step``); None where it ended by itself or wrote nothing."""
+        if self.runs is None or not job.name.startswith("train-"):
+            return None
+        try:
+            why = json.loads((self.runs / job.name.removeprefix("train-") / "observe.json").read_text()).get("stopped")
+        except (OSError, ValueError, AttributeError):
+            return None
+        return why if isinstance(why, str) and why != "ended" else None
 
     def step(self, res: st.StepResult) -> None:
         if res.id in self.announced:  # read again after Ctrl-C: said once
             return
         self.announced.add(res.id)
         n = st.ALL_STEPS.index(res.id) + 1 if res.id in st.ALL_STEPS else len(self.announced)
-        head = res.headline if len(res.headline) <= 90 else res.headline[:89] + "…"
+        head = short_headline(res.headline)
         self.say(f"[{n}/{self.total}] {res.id}: {res.status} ({time.monotonic() - self.t0:.0f} s) {head}")
 
     def waiting(self, running: list[Job]) -> None:
@@ -290,6 +302,24 @@ class _Progress:
             parts.append(f"{label} {n} step{'s' if n != 1 else ''} so far" if n else
                          f"{label}: no step yet after {now - j.started:.0f} s")
         self.say("  train: " + ", ".join(parts))
+
+
+def short_headline(text: str, limit: int = 90) -> str:
+    """A step's headline for its progress line: whole, or cut at the last clause that fits (never inside a number
+    or a word), the cut said by "…"; the summary table and the report have it whole.
+
+    >>> short_headline("emulated NPU (host CPU): 1 step on 2 ranks, loss 0.897; CPU: 1 step on 2 ranks, loss 0.897",
+    ...                limit=70)
+    'emulated NPU (host CPU): 1 step on 2 ranks, loss 0.897 …'
+    """
+    if len(text) <= limit:
+        return text
+    cut = text[: limit - 2]
+    for sep in ("; ", ", ", " ("):
+        i = cut.rfind(sep)
+        if i > limit // 2:
+            return cut[:i] + " …"
+    return cut.rsplit(" ", 1)[0] + " …"
 
 
 def check_factory(project: Path, spec: str) -> None:

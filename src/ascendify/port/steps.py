@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ascendify.port.jobs import Job, child_env, tail
+from ascendify.report.tables import plural
 
 STEP_IDS = ("doctor", "migrate", "train", "compare", "bench")
 ALL_STEPS = (*STEP_IDS, "checklist", "report")
@@ -225,6 +226,23 @@ def observe_env(ctx: Context, side: str, root: Path, base: dict[str, str] | None
             **({"ASCENDIFY_OBSERVE_OVERFLOW": "1"} if ctx.overflow and side == "target" else {})}
 
 
+def shown_env(ctx: Context, cmd: list[str]) -> str:
+    """The ``NAME=VALUE`` words a run's command is shown with, so that it runs as shown: the command's own, and
+    ``PYTHONPATH=.`` where the script sits below the project's root (the runs put the root on ``PYTHONPATH``:
+    ``python projects/adder/adder.py`` imports the project's package from there).
+
+    >>> c = Context(out=Path("/w/p-npu-report"), project=Path("/w/p"), migrated=Path("/w/p-npu"), command=[],
+    ...             target="emulated", target_reason="", lanes=1, env={"PYTHONPATH": "/opt/deps", "X": "a b"})
+    >>> shown_env(c, ["python", "projects/adder/adder.py"]), shown_env(c, ["python", "train.py"])
+    ("PYTHONPATH=.:/opt/deps X='a b' ", "PYTHONPATH=/opt/deps X='a b' ")
+    """
+    env = dict(ctx.env)
+    script = next((w for w in cmd if w.endswith(".py") and not w.startswith("-")), None)
+    if script is not None and os.path.dirname(os.path.normpath(script)) not in ("", "."):
+        env["PYTHONPATH"] = "." + (f":{env['PYTHONPATH']}" if env.get("PYTHONPATH") else "")
+    return "".join(f"{k}={shlex.quote(v)} " for k, v in env.items())
+
+
 def build_jobs(ctx: Context) -> list[Job]:
     """Every child process of the pipeline, in the order they should start (migrate first: others wait on it)."""
     out, lanes = ctx.out, ctx.lanes
@@ -261,7 +279,8 @@ def build_jobs(ctx: Context) -> list[Job]:
                                       *leave_out],
             python=True, env=env, timeout=600, ok_codes=(0,),
             shown=shlex.join(["python", "-m", "ascendify.port.stage", str(ctx.project), str(groot), *mirror])))
-    golden_shown = f"cd {ctx.rel(groot)} && " + shlex.join(["ascendify", "run", "--to", "cpu", "--", *cmd])
+    golden_shown = f"cd {ctx.rel(groot)} && " + shown_env(ctx, cmd) + shlex.join(["ascendify", "run", "--to", "cpu",
+                                                                                 "--", *cmd])
     add(Job("train-golden", "train",
             ["run", "--to", "cpu", "--log", str(runs / "golden" / "run.json"), "-q", "--", *cmd],
             deps=("stage-golden",), env={**golden_env, **ctx.env, **observe_env(ctx, "golden", groot, {**golden_env, **ctx.env})},
@@ -285,7 +304,8 @@ def build_jobs(ctx: Context) -> list[Job]:
     add(Job("train-target", "train", argv, deps=deps, env={**env, **ctx.env, **observe_env(ctx, "target", troot,
                                                                                           {**env, **ctx.env})},
             cwd=str(troot), timeout=1800, ok_codes=(0,), stop_after=budget,
-            shown=f"cd {ctx.rel(troot)} && " + shlex.join(["ascendify", verb, *argv[1:3], "--", *tcmd])))
+            shown=f"cd {ctx.rel(troot)} && " + shown_env(ctx, tcmd) + shlex.join(["ascendify", verb, *argv[1:3], "--",
+                                                                                  *tcmd])))
     tdev = "cuda" if ctx.target == "cuda" else "npu"
     pick = ["--model", ctx.model] if ctx.model else []
     roots = ["--project", str(ctx.project), "--migrated", str(tsrc)] if ctx.model else []
@@ -408,9 +428,11 @@ def read_migrate(ctx: Context, jobs: list[Job]) -> StepResult:
                  "migrate/report/unsupported.csv", "migrate/report/advice.csv",
                  os.path.relpath(ctx.migrated, ctx.out)]
     res.status = "warn" if t.get("skipped") else "ok"
+    left = int(t.get("report_only") or 0)  # listed for a person (DataParallel: a fix only --unsafe applies)
     res.headline = (f"{t.get('converted', 0)} of {t.get('cuda_sites', 0)} CUDA sites converted in "
-                    f"{t.get('changed', 0)} files; {t.get('unsupported', 0)} unsupported, "
-                    f"{t.get('native_ops', 0)} custom ops to port")
+                    f"{plural(int(t.get('changed') or 0), 'file')}; "
+                    + (f"{left} left to you (unsupported.csv), " if left else "")
+                    + f"{t.get('unsupported', 0)} unsupported, {t.get('native_ops', 0)} custom ops to port")
     if t.get("kept"):  # an earlier port's output, fixed by hand since: the runs use the person's fixes
         res.headline += f"; {t['kept']} hand-edited files kept (--force overwrites them)"
     _collect(res, jobs)
@@ -745,6 +767,9 @@ def _read_train(ctx: Context, jobs: list[Job]) -> StepResult:
     redir = _load_json(ctx.runs / "golden" / "run.json")
     if redir is not None and "golden" in runs:
         runs["golden"]["redirected"] = _count(redir.get("redirected"))
+        # which calls the reference run's answers came from: the branch it took (torch.accelerator's, as on a GPU)
+        runs["golden"]["redirected_apis"] = [{k: r.get(k) for k in ("api", "count", "first_site", "to")}
+                                             for r in (redir.get("redirected") or [])[:30] if isinstance(r, dict)]
         runs["golden"]["unsupported"] = _count(redir.get("unsupported"))
         runs["golden"]["unmapped"] = _count(redir.get("unmapped"))
         res.files.append(ctx.rel(ctx.runs / "golden" / "run.json"))
@@ -766,7 +791,7 @@ def _read_train(ctx: Context, jobs: list[Job]) -> StepResult:
         res.headline = sides[0].skipped or "skipped"
         done = {s: len((r.get("history") or {}).get("step") or []) for s, r in runs.items() if r.get("history")}
         if done:
-            res.headline += ": " + ", ".join(f"{'original' if s == 'golden' else 'migrated'} {n} steps"
+            res.headline += ": " + ", ".join(f"{'original' if s == 'golden' else 'migrated'} {plural(n, 'step')}"
                                              for s, n in done.items())
         return res
     golden_failed = any(side == "golden" for side, _ in errors)
@@ -793,7 +818,7 @@ def _read_train(ctx: Context, jobs: list[Job]) -> StepResult:
         h = r.get("history") or {}
         if h.get("loss"):
             ranks = f" on {r['ranks']} ranks" if (r.get("ranks") or 1) > 1 else ""
-            parts.append(f"{label}: {len(h['step'])} steps{ranks}, loss {number_text(h['loss'][-1])}")
+            parts.append(f"{label}: {plural(len(h['step']), 'step')}{ranks}, loss {number_text(h['loss'][-1])}")
         elif r.get("training"):
             parts.append(f"{label}: no training step" + (" within the time budget"
                                                           if "time budget" in (r.get("stopped") or "") else ""))
@@ -876,12 +901,17 @@ def _exception_line(output: str) -> str:
 def _first_user_frame(output: str) -> str | None:
     """The last traceback frame outside torch, site-packages and ascendify (where the user's code failed),
     with the exception line."""
-    frames = [m for m in (_FRAME.match(line) for line in output.splitlines()) if m]
-    user = [m for m in frames if not any(s in m.group(1) for s in ("site-packages", "/torch/", "ascendify", "<frozen"))]
+    lines = output.splitlines()
+    frames = [(i, m) for i, m in enumerate(_FRAME.match(line) for line in lines) if m]
+    user = [(i, m) for i, m in frames
+            if not any(s in m.group(1) for s in ("site-packages", "/torch/", "ascendify", "<frozen"))]
     last = _exception_line(output) or (output.strip().splitlines()[-1] if output.strip() else "")
     if not user:
         return last or None
-    m = user[-1]
+    i, m = user[-1]
+    code = lines[i + 1].strip() if i + 1 < len(lines) else ""
+    if ":" not in last and code and code != last and not code.startswith(("File ", "^", "~", "[")):  # bare: its line
+        last += f" at `{code}`"
     return f"{Path(m.group(1)).name}:{m.group(2)} in {m.group(3)}: {last}"
 
 
@@ -913,6 +943,8 @@ def read_compare(ctx: Context, jobs: list[Job], train: StepResult | None, tolera
             facts["lockstep"]["weights"] = {"differ": weights.get("differ") or [], "copied": weights.get("copied"),
                                             "compared": weights.get("compared")}
             facts["lockstep"]["model"] = (data.get("meta") or {}).get("model")
+            if (data.get("meta") or {}).get("random_draws"):  # calls that draw in eval mode: not comparable
+                facts["lockstep"]["random_draws"] = data["meta"]["random_draws"]
             grads = _load_json(ctx.out / "compare" / "lockstep" / "gradients.json") or {}
             facts["gradients"] = grads
             if grads.get("verdict") == "divergence" and facts["lockstep"]["verdict"] == "match":
@@ -931,7 +963,12 @@ def read_compare(ctx: Context, jobs: list[Job], train: StepResult | None, tolera
     runs = (train.facts.get("runs") if train else None) or {}
     a, b = runs.get("golden", {}).get("history"), runs.get("target", {}).get("history")
     if "train" in ctx.skip or not (a and b and a.get("step") and b.get("step")):
-        why = "skipped (--skip train)" if "train" in ctx.skip else "needs both runs, which did not both finish"
+        idle = [label for (x, label) in ((a, "the original"), (b, "the migrated copy")) if x is not None and
+                not x.get("step")]
+        failed = (train.facts.get("failed") if train else None) or not (a is not None and b is not None)
+        why = ("skipped (--skip train)" if "train" in ctx.skip else
+               "needs both runs, which did not both finish" if failed or not idle else
+               "no step to compare: " + ("neither run made a step" if len(idle) == 2 else f"{idle[0]} made none"))
         facts["curves"] = {"skipped": why}
     else:
         try:
@@ -956,9 +993,11 @@ def read_compare(ctx: Context, jobs: list[Job], train: StepResult | None, tolera
             bad = [proof.first_nonfinite(runs.get(sd) or {}) for sd in ("golden", "target")]
             if all(bad):
                 facts["curves"]["nonfinite"] = f"{bad[0][1]} on both sides from step {min(bad)[0]}"
+                if min(bad)[0] <= (a["step"] or [0])[0]:  # not one step where both are finite: no curve at all
+                    facts["curves"]["verdict"] = "nothing to compare"
             draws = runs.get("target", {}).get("random_draws_on_device") or []
             facts["curves"]["random_draws_on_device"] = draws
-            if d.get("verdict") != "match" and draws:
+            if d.get("verdict") != "match" and draws and facts["curves"]["verdict"] != "nothing to compare":
                 facts["curves"]["verdict"] = "not comparable"
                 facts["curves"]["why"] = not_comparable_why(draws, ctx.target_label)
             res.files += ["compare/curves/curves.html", "compare/curves/curves.json", "compare/curves/curves.csv"]
@@ -987,6 +1026,8 @@ def read_compare(ctx: Context, jobs: list[Job], train: StepResult | None, tolera
         if ls.get("first_divergence"):
             fd = ls["first_divergence"]
             parts[-1] += f" first at {fd.get('name', fd) if isinstance(fd, dict) else fd}"
+        elif ls["verdict"] == "not comparable" and ls.get("random_draws"):
+            parts[-1] += f": {random_in_forward(ls['random_draws'])}"
         if ls.get("eager_model"):
             parts[-1] += " on the eager model"
         gr = facts.get("gradients") or {}
@@ -1004,6 +1045,9 @@ def read_compare(ctx: Context, jobs: list[Job], train: StepResult | None, tolera
         d0 = (runs.get("target", {}).get("random_draws_on_device") or [{}])[0]
         parts.append(f"{cv.get('what', 'loss')} curves NOT COMPARABLE (random draws on the device: "
                      f"{d0.get('api')} at {d0.get('first_at')})")
+    elif cv.get("verdict") == "nothing to compare":
+        why = f"the losses are {cv['nonfinite']}" if cv.get("nonfinite") else "no loss column in common"
+        parts.append(f"{cv.get('what', 'loss')} curves: nothing to compare ({why})")
     elif cv.get("verdict"):
         parts.append(f"{cv.get('what', 'loss')} curves {cv['verdict'].upper()} within {tolerance:g}")
         if cv.get("first"):
@@ -1017,9 +1061,20 @@ def read_compare(ctx: Context, jobs: list[Job], train: StepResult | None, tolera
             parts[-1] += (f" (not exactly: {sum(d['calls'] for d in draws)} random draws on the device, "
                           f"{draws[0]['api']} first at {draws[0]['first_at']})")
     else:
-        parts.append(f"curves {cv.get('skipped', 'not run')}")
+        parts.append(f"curves: {cv.get('skipped', 'not run')}")
     res.headline = "; ".join(parts)
     return res
+
+
+def random_in_forward(draws: list[dict[str, Any]]) -> str:
+    """Why a lockstep is not comparable: the model draws random numbers in its forward (the lockstep's
+    ``random_draws``).
+
+    >>> random_in_forward([{"module": "(root)", "api": "torch.randn_like", "calls": 4, "first_at": "main.py:62"}])
+    'the model draws random numbers in its forward, in eval mode too (torch.randn_like at main.py:62)'
+    """
+    d = draws[0]
+    return f"the model draws random numbers in its forward, in eval mode too ({d['api']} at {d['first_at']})"
 
 
 def gradients_counted(gr: dict[str, Any]) -> str:
