@@ -20,9 +20,11 @@ ENV_STEPS = "ASCENDIFY_ADVISE_STEPS"
 ENV_DEVICE = "ASCENDIFY_ADVISE_DEVICE"
 
 
-def trace_program(prog, *, steps: int | None, to: str = "npu", quiet: bool = False) -> tuple[int, Trace]:
+def trace_program(prog, *, steps: int | None, to: str = "npu", capture_model: bool = False,
+                  root: str | None = None) -> tuple[int, Trace, Any]:
     """Run ``prog`` (an :class:`ascendify.program.Program`) redirected to ``to`` under a tracer; returns
-    ``(exit status, trace)``. Raises ``RuntimeError`` when the redirection cannot be had."""
+    ``(exit status, trace, captured)`` where ``captured`` is ``(model, first args)`` with ``capture_model`` (else
+    None). Raises ``RuntimeError`` when the redirection cannot be had."""
     from ascendify.auto import launch
 
     try:
@@ -30,7 +32,7 @@ def trace_program(prog, *, steps: int | None, to: str = "npu", quiet: bool = Fal
                                   rewrite_checks=True)
     except Exception as e:  # the emulator refused to start, an unknown target: one line, no traceback
         raise RuntimeError(f"cannot run on {to}: {type(e).__name__}: {e}") from None
-    tracer = Tracer(steps=steps, root=os.getcwd())
+    tracer = Tracer(steps=steps, root=root or os.getcwd(), capture_model=capture_model)
     code = 1
     try:
         tracer.start()
@@ -43,7 +45,7 @@ def trace_program(prog, *, steps: int | None, to: str = "npu", quiet: bool = Fal
             pass
     trace.meta["program"] = prog.display()
     trace.meta["exit_code"] = code
-    return code, trace
+    return code, trace, tracer.captured
 
 
 def write_outputs(result, trace: Trace, *, json_path: str | None, html_dir: str | None,
@@ -62,9 +64,9 @@ def write_outputs(result, trace: Trace, *, json_path: str | None, html_dir: str 
     if html_dir:
         os.makedirs(html_dir, exist_ok=True)
         page = report.HtmlReport("ascendify advise", subtitle=result.meta.get("program") or "")
-        from ascendify.advise import render_section
+        from ascendify.advise.render import fill_section
 
-        render_section(page.section("Make it fast on the NPU", anchor="advise"), result)
+        fill_section(page.section("Make it fast on the NPU", anchor="advise"), result)
         path = os.path.join(html_dir, "advise.html")
         page.write(path)
         report.write_json(os.path.join(html_dir, "advise.json"), doc)
@@ -106,7 +108,7 @@ def capture_from_env(environ: dict[str, str] | None = None) -> Tracer | None:
         steps = int(env.get(ENV_STEPS) or 0) or None
     except ValueError:
         steps = None
-    tracer = Tracer(steps=steps, root=os.getcwd()).start()
+    tracer = Tracer(steps=steps, root=root or os.getcwd(), capture_model=capture_model).start()
     _ACTIVE = tracer
     from ascendify.program import scriptrun
 
@@ -119,7 +121,7 @@ def capture_from_env(environ: dict[str, str] | None = None) -> Tracer | None:
         trace.meta["exit_code"] = exit_code
         try:
             from ascendify import report
-            from ascendify.advise import analyze
+            from ascendify.advise.analysis import analyze
 
             report.write_json(os.path.join(out, "trace.json"), trace.to_dict())
             result = analyze(trace, env.get(ENV_DEVICE) or None)

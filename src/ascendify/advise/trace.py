@@ -185,8 +185,11 @@ class Tracer:
     (None: never stop it; a run already stopped by someone else, ``ascendify port``'s observer). ``root``: the
     folder paths are reported relative to."""
 
-    def __init__(self, steps: int | None = None, root: str | None = None, max_ops: int = 2_000_000):
+    def __init__(self, steps: int | None = None, root: str | None = None, max_ops: int = 2_000_000,
+                 capture_model: bool = False):
         self.steps_wanted = steps
+        self.capture_model = capture_model
+        self.captured: tuple[Any, Any] | None = None  # (the first outermost module with parameters, its args)
         self.root = os.path.abspath(root or os.getcwd())
         self.max_ops = max_ops
         self.trace = Trace(meta={"root": self.root, "steps_asked": steps})
@@ -301,7 +304,7 @@ class Tracer:
                 scal.append(a)
         extra = None
         if kwargs:
-            for k, v in kwargs.items():
+            for v in kwargs.values():
                 if isinstance(v, Tensor):
                     ins.append((tuple(v.shape), dtype_name(v.dtype), v.device.type))
                     in_ids.append(id(v))
@@ -574,6 +577,15 @@ class Tracer:
 
     def _mod_pre(self, module, args) -> None:
         self._module_depth += 1
+        if self._module_depth == 1 and self.capture_model and self.captured is None and self.active:
+            try:
+                if next(iter(module.parameters()), None) is not None:
+                    from torch.utils._pytree import tree_map
+
+                    self.captured = (module, tree_map(
+                        lambda x: x.detach().to("cpu").clone() if isinstance(x, self._Tensor) else x, tuple(args)))
+            except Exception:  # noqa: BLE001 (a batch that cannot be copied: no lockstep)
+                self.captured = None
         if self._module_depth == 1 and self.active and len(self.trace.model_calls) < 64:
             calls = self.trace.model_calls
             if not calls or calls[-1]["step"] != self.step or calls[-1]["class"] != type(module).__name__:

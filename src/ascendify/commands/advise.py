@@ -139,7 +139,7 @@ def run(args: argparse.Namespace) -> int:
               "NPU (emulated where none is present)...", file=sys.stderr)
     project_root = os.path.abspath(args.project or os.getcwd())
     try:
-        code, trace = trace_program(prog, steps=args.steps)
+        code, trace, captured = trace_program(prog, steps=args.steps, capture_model=bool(args.apply))
     except RuntimeError as e:
         print(f"{who}: {e}", file=sys.stderr)
         return 2
@@ -151,12 +151,13 @@ def run(args: argparse.Namespace) -> int:
     if args.apply and rc == 0:
         from ascendify.advise import apply as apply_mod
 
-        return apply_mod.run_apply(args, trace, prog, project_root, who)
+        return apply_mod.run_apply(args, args._result, prog, project_root, captured, who)
     return rc
 
 
 def _report(args, trace, code: int, who: str) -> int:
-    from ascendify.advise import analyze, render_terminal
+    from ascendify.advise.analysis import analyze
+    from ascendify.advise.render import print_terminal as render_terminal
     from ascendify.advise.runner import summary_line, write_outputs
 
     try:
@@ -181,7 +182,7 @@ def _from_profile(args, who: str) -> int:
     except ValueError as e:
         print(f"{who}: {e}", file=sys.stderr)
         return 2
-    from ascendify.advise import render_terminal
+    from ascendify.advise.render import print_terminal as render_terminal
     from ascendify.advise.runner import summary_line
 
     written = []
@@ -191,10 +192,10 @@ def _from_profile(args, who: str) -> int:
         report.write_json(args.json, result.to_dict())
         written.append(args.json)
     if args.html:
-        from ascendify.advise import render_section
+        from ascendify.advise.render import fill_section
 
         page = report.HtmlReport("ascendify advise", subtitle=f"profile {args.profile}")
-        render_section(page.section("Make it fast on the NPU", anchor="advise"), result)
+        fill_section(page.section("Make it fast on the NPU", anchor="advise"), result)
         os.makedirs(args.html, exist_ok=True)
         page.write(os.path.join(args.html, "advise.html"))
         report.write_json(os.path.join(args.html, "advise.json"), result.to_dict())

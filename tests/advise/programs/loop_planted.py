@@ -46,7 +46,7 @@ class Net(nn.Module):
 model = Net().to(dev)
 opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
 loader = DataLoader(Samples(1000), batch_size=64, shuffle=True)  # PLANT ADV202 ADV503
-for epoch in range(args.epochs):
+for _epoch in range(args.epochs):
     seen = []
     for x, y in loader:
         x, y = x.to(dev), y.to(dev)  # PLANT ADV504
