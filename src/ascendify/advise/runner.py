@@ -108,7 +108,7 @@ def capture_from_env(environ: dict[str, str] | None = None) -> Tracer | None:
         steps = int(env.get(ENV_STEPS) or 0) or None
     except ValueError:
         steps = None
-    tracer = Tracer(steps=steps, root=root or os.getcwd(), capture_model=capture_model).start()
+    tracer = Tracer(steps=steps, root=os.getcwd()).start()
     _ACTIVE = tracer
     from ascendify.program import scriptrun
 
