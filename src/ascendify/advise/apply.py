@@ -76,7 +76,7 @@ def plan(findings: list, project: str) -> Plan:
     for f in findings:
         if f.rule not in APPLICABLE:
             continue
-        path = _resolve(f.file, project)
+        path = _resolve(f.path, project) or _resolve(f.file, project)
         if path is None:
             p.skipped.append({"rule": f.rule, "where": f.where, "why": "the file is not in the project"})
             continue

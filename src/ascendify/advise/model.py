@@ -38,10 +38,14 @@ class Finding:
     weight_basis: str = ""
     applicable: bool = False  # advise --apply rewrites it
     apply: dict[str, Any] | None = None  # what --apply needs (kind, sites, shapes)
+    path: str | None = None  # the file's absolute path (``file`` is for reading)
 
     @property
     def where(self) -> str:
-        return f"{self.file}:{self.line}" if self.file else "?"
+        if self.file:
+            return f"{self.file}:{self.line}"
+        op = (self.evidence or {}).get("op")
+        return f"(operator {op})" if op else "(the whole step)"
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

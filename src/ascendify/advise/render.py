@@ -59,10 +59,17 @@ def print_terminal(result: Findings, file: Any = None, width: int = 80) -> None:
     e = result.estimate
     if e:
         w()
-        w(f"Estimated step on {e['chip']['name']}: {_ms(e['step_ms'])}   (an estimate: see the assumptions)")
+        measured = bool(e.get("measured"))
+        if measured:
+            w(f"Measured step on {e['chip']['name']}: {_ms(e['step_ms'])}   (torch_npu profiler)")
+            parts = (("computing", "compute_bound_ms"), ("communication", "communication_ms"),
+                     ("free (idle)", "host_bound_ms"))
+        else:
+            w(f"Estimated step on {e['chip']['name']}: {_ms(e['step_ms'])}   (an estimate: see the assumptions)")
+            parts = (("compute-bound", "compute_bound_ms"), ("memory-bound", "memory_bound_ms"),
+                     ("host-bound", "host_bound_ms"))
         total = max(e["step_ms"], 1e-12)
-        for label, key in (("compute-bound", "compute_bound_ms"), ("memory-bound", "memory_bound_ms"),
-                           ("host-bound", "host_bound_ms")):
+        for label, key in parts:
             v = e.get(key) or 0.0
             bar = "#" * int(round(30 * min(1.0, v / total)))
             w(f"  {label:<14}{_ms(v):>10}  {v / total:>4.0%}  {bar}")
@@ -104,7 +111,7 @@ def print_terminal(result: Findings, file: Any = None, width: int = 80) -> None:
             w(line)
     if e:
         w()
-        w("Assumptions of the estimate:")
+        w("Assumptions of the estimate:" if not e.get("measured") else "Where the numbers come from:")
         for a in e["assumptions"]:
             for i, line in enumerate(textwrap.wrap(a, width - 4)):
                 w(("  - " if i == 0 else "    ") + line)

@@ -148,7 +148,13 @@ class Context:
                        sources=[{"what": src[k]["what"], "url": src[k]["url"]} for k in rr.sources if k in src],
                        fix=fix or rr.fix, weight_ms=w, share=None if weight_s is None else round(est.share(
                            weight_s, total), 4), weight_basis=basis, applicable=rr.applicable and apply is not None,
-                       apply=apply)
+                       apply=apply, path=self._abs(site))
+
+    def _abs(self, site: int) -> str | None:
+        s = self.trace.site(site)
+        if s is None:
+            return None
+        return os.path.abspath(os.path.join(self.trace.meta.get("root") or os.getcwd(), s.file))
 
     def group_by_site(self, items: list[tuple[int, Op]]) -> dict[int, list[tuple[int, Op]]]:
         g: dict[int, list[tuple[int, Op]]] = defaultdict(list)
