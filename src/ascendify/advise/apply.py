@@ -315,7 +315,9 @@ def _attention_at(fe: FileEdits, body: list[ast.stmt], i: int, f) -> str | None:
         drop.append(j)
         j = back(j)
         st = _assign_to(body[j]) if j >= 0 else None
-    if not st or st[0] != name:
+    if j >= 0 and (not st or st[0] != name):
+        return f"line {body[j].lineno} uses '{name}' between the attention's steps: left as it is"
+    if not st:
         return "no 'scores = q @ k.transpose(-2, -1) * scale' before the softmax"
     qk = _scores(fe, st[1])
     if qk is None:
@@ -350,6 +352,8 @@ def _attention_at(fe: FileEdits, body: list[ast.stmt], i: int, f) -> str | None:
             break
     if pv is None:
         return "no 'scores @ v' right after the softmax"
+    if sum(isinstance(x, ast.Name) and x.id == name for x in ast.walk(body[n])) > 1:
+        return f"line {body[n].lineno} uses '{name}' besides 'scores @ v': left as it is"
     # the scores must not be used after that statement
     for later in body[n + 1:]:
         if any(isinstance(x, ast.Name) and x.id == name for x in ast.walk(later)):

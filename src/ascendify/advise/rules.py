@@ -46,7 +46,7 @@ class Rule:
 
         src = knowledge.load("advise_facts")["sources"]
         lines = [f"{self.id} {self.name}: {self.title}", "", "Why it is slow on an Ascend NPU:",
-                 textwrap.fill(self.why, 100), "", "Slow:", textwrap.indent(self.example.strip(), "    "), "",
+                 textwrap.fill(self.why, 80), "", "Slow:", textwrap.indent(self.example.strip(), "    "), "",
                  "Fix:", textwrap.indent(self.fix.strip(), "    "), "", "Sources:"]
         lines += [f"  - {src[k]['url']}" for k in self.sources if k in src]
         if self.applicable:
@@ -246,21 +246,21 @@ def check_value_read(ctx: Context) -> list[Finding]:
     return out
 
 
-@rule("ADV102", "copy-to-host-in-step", "sync", "a tensor copied from the NPU to the host in every step",
+@rule("ADV102", "copy-to-host-in-step", "sync", "a tensor copied from the NPU to the host each step",
       why="""
       `.cpu()`, `.tolist()`, `.numpy()` and `.to("cpu")` of an NPU tensor wait for every queued operator and then
       move the data over PCIe: a synchronisation (aclrtSynchronizeStream) plus a transfer, each step.
       """,
       sources=("sync_stream", "acl_sync"),
       fix="""
-      # keep metrics on the device and move them once per log interval (or at the end of the epoch)
+      # keep metrics on the device; move them once per log interval
       preds.append(logits.argmax(-1))            # stays on the NPU
       ...
       if step % log_every == 0:
           acc = torch.cat(preds).eq(labels_all).float().mean().item()
       """,
       example="""
-      preds += logits.argmax(-1).cpu().tolist()  # a sync and a copy every step
+      preds += logits.argmax(-1).cpu().tolist()  # sync + copy each step
       """)
 def check_copy_to_host(ctx: Context) -> list[Finding]:
     items = ctx.ops_of(lambda o: o.base in ("_to_copy", "copy_") and est._device_to_host(o))
@@ -286,8 +286,9 @@ def check_copy_to_host(ctx: Context) -> list[Finding]:
       """,
       sources=("sync_stream", "acl_sync"),
       fix="""
-      # drop it from the training step; to time a step, synchronize only around the timed region
-      # (or use torch.npu.Event(enable_timing=True) and read elapsed_time once per N steps)
+      # drop it from the training step; to time a step, synchronize only
+      # around the timed region, or use torch.npu.Event(enable_timing=True)
+      # and read elapsed_time once per N steps
       """,
       example="""
       opt.step()
@@ -331,12 +332,12 @@ def _bool_index(o: Op) -> bool:
       sources=("aicpu", "sync_stream", "dynamic_shape"),
       fix="""
       # keep shapes fixed: mask instead of selecting
-      x = torch.where(mask, x, torch.zeros_like(x))      # not x[mask]
-      loss = (per_token * mask).sum() / mask.sum()        # not per_token[mask].mean()
-      x = x.masked_fill(~mask, 0)                         # not x[~mask] = 0
+      x = torch.where(mask, x, torch.zeros_like(x))   # not x[mask]
+      loss = (per_token * mask).sum() / mask.sum()     # not x[mask].mean()
+      x = x.masked_fill(~mask, 0)                      # not x[~mask] = 0
       """,
       example="""
-      loss = per_token[mask].mean()              # nonzero + index: a sync and a new shape
+      loss = per_token[mask].mean()   # nonzero + index: a sync, a new shape
       """)
 def check_data_dependent(ctx: Context) -> list[Finding]:
     items = ctx.ops_of(lambda o: bool(o.ins) and _on_device(o.ins[0]) and (
@@ -373,14 +374,14 @@ def _signature(o: Op) -> tuple:
       sources=("dynamic_shape", "dynamic_shape_advisor"),
       fix="""
       # give the model a few fixed shapes
-      batch = pad_to(batch, multiple_of=64)      # or bucket lengths: 128, 256, 512...
-      loader = DataLoader(ds, batch_size=B, drop_last=True)   # no last partial batch
+      batch = pad_to(batch, multiple_of=64)   # or buckets: 128, 256, 512
+      loader = DataLoader(ds, batch_size=B, drop_last=True)
       # and, at the top of the script, the precompiled kernels:
       torch_npu.npu.set_compile_mode(jit_compile=False)
       """,
       example="""
-      for text in texts:                         # each batch padded to its own longest sequence
-          ids = tokenizer(text, padding="longest", return_tensors="pt").input_ids
+      for text in texts:      # each batch padded to its own longest text
+          ids = tok(text, padding="longest", return_tensors="pt").input_ids
       """)
 def check_shapes_vary(ctx: Context) -> list[Finding]:
     if len(ctx.steps) < 2:
@@ -441,7 +442,7 @@ def _varying_dims(sigs: set) -> str:
     return "; ".join(parts) or "rank"
 
 
-@rule("ADV202", "last-partial-batch", "shapes", "the last batch of every epoch is smaller: a new shape each epoch",
+@rule("ADV202", "last-partial-batch", "shapes", "a smaller last batch each epoch: a new shape",
       why="""
       A DataLoader without `drop_last=True` over a dataset whose length is not a multiple of the batch size ends
       each epoch with a smaller batch: every operator of that step meets a new shape (a compile, or a re-tiling
@@ -449,10 +450,10 @@ def _varying_dims(sigs: set) -> str:
       """,
       sources=("dynamic_shape",),
       fix="""
-      loader = DataLoader(dataset, batch_size=B, shuffle=True, drop_last=True)
+      loader = DataLoader(ds, batch_size=B, shuffle=True, drop_last=True)
       """,
       example="""
-      loader = DataLoader(dataset, batch_size=64, shuffle=True)   # len(dataset) % 64 != 0
+      loader = DataLoader(ds, batch_size=64)   # len(ds) % 64 > 0
       """)
 def check_last_partial_batch(ctx: Context) -> list[Finding]:
     out = []
@@ -482,11 +483,12 @@ def check_last_partial_batch(ctx: Context) -> list[Finding]:
       """,
       sources=("cpu_fallback", "aicpu"),
       fix="""
-      # replace the operator with an equivalent that has an NPU kernel (see the op's entry in
-      # `ascendify migrate`'s report), or compute it once outside the step
+      # replace the operator with an equivalent that has an NPU kernel
+      # (see its entry in `ascendify migrate`'s report), or compute it
+      # once outside the step
       """,
       example="""
-      y = torch.special.logit(p)                 # aten::logit falls back to the CPU on torch_npu 2.13
+      y = torch.special.logit(p)   # aten::logit: on the CPU (2.13)
       """)
 def check_fallback(ctx: Context) -> list[Finding]:
     fb = ctx.fallback
@@ -517,8 +519,9 @@ def check_fallback(ctx: Context) -> list[Finding]:
       """,
       sources=("aicpu_rules", "aicpu"),
       fix="""
-      x = torch.from_numpy(arr).float()          # or torch.tensor(values, dtype=torch.float32)
-      torch.set_default_dtype(torch.float32)     # if the script set float64 as the default
+      x = torch.from_numpy(arr).float()   # not the float64 array as it is
+      x = torch.tensor(values, dtype=torch.float32)
+      torch.set_default_dtype(torch.float32)   # if set to float64
       """,
       example="""
       w = torch.from_numpy(np.linspace(0, 1, n)).to(device)   # float64
@@ -590,7 +593,7 @@ def check_float64(ctx: Context) -> list[Finding]:
       """,
       sources=("aicpu", "data_format"),
       fix="""
-      y = a.float() @ b.float()                  # or compute the integer result another way (bincount, one_hot)
+      y = a.float() @ b.float()   # or count another way (bincount, one_hot)
       """,
       example="""
       counts = one_hot.long() @ weights.long()
@@ -682,7 +685,8 @@ def _fusion_findings(ctx: Context, kind: str, rule_id: str, describe: Callable[[
       import torch_npu
       class RMSNorm(nn.Module):
           def forward(self, x):
-              return torch_npu.npu_rms_norm(x, self.weight, epsilon=self.eps)[0]
+              y, _ = torch_npu.npu_rms_norm(x, self.weight, self.eps)
+              return y
       """,
       example="""
       def forward(self, x):
@@ -693,7 +697,7 @@ def check_rms_norm(ctx: Context) -> list[Finding]:
     return _fusion_findings(ctx, "rms_norm", "ADV401", lambda m: "RMSNorm as separate ops")
 
 
-@rule("ADV402", "rotary-unfused", "fusion", "rotary position embedding computed as separate operators",
+@rule("ADV402", "rotary-unfused", "fusion", "rotary embedding computed as separate operators",
       why="""
       x·cos + rotate_half(x)·sin is two slices, a negation, a concatenation, two multiplications and an addition
       per tensor (q and k), forward and backward. torch_npu's npu_rotary_mul computes it in one kernel; Huawei's
@@ -702,9 +706,10 @@ def check_rms_norm(ctx: Context) -> list[Finding]:
       sources=("rotary_guide", "npu_fused_ops", "fused_ops"),
       fix="""
       import torch_npu
-      q = torch_npu.npu_rotary_mul(q, cos, sin)          # rotate_half form ("half" mode)
+      q = torch_npu.npu_rotary_mul(q, cos, sin)   # the rotate_half form
       k = torch_npu.npu_rotary_mul(k, cos, sin)
-      # interleaved pairs (x[..., ::2], x[..., 1::2]) or complex freqs: rotary_mode="interleave"
+      # pairs (x[..., ::2], x[..., 1::2]) or complex freqs:
+      # rotary_mode="interleave"
       """,
       example="""
       q = q * cos + rotate_half(q) * sin
@@ -741,8 +746,10 @@ def check_swiglu(ctx: Context) -> list[Finding]:
       """,
       sources=("flash_attention_guide", "npu_fused_ops", "fused_ops"),
       fix="""
-      y = F.scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=p if self.training else 0.0,
-                                         is_causal=True)     # or attn_mask=<bool, True = keep>
+      p = self.dropout if self.training else 0.0
+      y = F.scaled_dot_product_attention(q, k, v, dropout_p=p,
+                                         is_causal=True)
+      # or attn_mask=<bool, True = keep> for another mask
       """,
       example="""
       att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
@@ -754,7 +761,7 @@ def check_attention(ctx: Context) -> list[Finding]:
     return _fusion_findings(ctx, "attention", "ADV404", lambda m: "attention as separate ops")
 
 
-@rule("ADV405", "optimizer-for-loop", "fusion", "the optimizer updates each parameter with its own operators",
+@rule("ADV405", "optimizer-for-loop", "fusion", "a per-parameter optimizer update (no foreach/fused)",
       why="""
       An optimizer built with foreach=False (or one with no multi-tensor path) runs about ten operators per
       parameter tensor each step: with hundreds of tensors, thousands of small deliveries. Huawei's guide
@@ -764,9 +771,10 @@ def check_attention(ctx: Context) -> list[Finding]:
       """,
       sources=("fused_ops", "host_bound"),
       fix="""
-      opt = torch.optim.AdamW(model.parameters(), lr=lr, fused=True)   # torch_npu has _fused_adamw_
-      # or: opt = torch_npu.optim.NpuFusedAdamW(model.parameters(), lr=lr)
-      # (Adam: torch_npu's _fused_adam_ falls back to the CPU: use foreach=True or NpuFusedAdam)
+      opt = torch.optim.AdamW(model.parameters(), lr=lr, fused=True)
+      # or torch_npu.optim.NpuFusedAdamW(model.parameters(), lr=lr)
+      # (Adam: torch_npu's _fused_adam_ falls back to the CPU: use
+      # foreach=True or torch_npu.optim.NpuFusedAdam)
       """,
       example="""
       opt = torch.optim.AdamW(model.parameters(), lr=3e-4, foreach=False)
@@ -794,8 +802,7 @@ def check_optimizer_loop(ctx: Context) -> list[Finding]:
         cls = o["class"]
         fix = None
         if cls == "Adam":
-            fix = RULES["ADV405"].fix.replace("torch.optim.AdamW(model.parameters(), lr=lr, fused=True)   "
-                                              "# torch_npu has _fused_adamw_",
+            fix = RULES["ADV405"].fix.replace("torch.optim.AdamW(model.parameters(), lr=lr, fused=True)",
                                               "torch.optim.Adam(model.parameters(), lr=lr, foreach=True)")
         out.append(ctx.finding("ADV405", o["site"], f"{cls}: {per:,.0f} ops per step for {tensors} parameter "
                                f"tensors (for-loop update, {dev * 1e3:.2f} ms estimated on the device)",
@@ -820,7 +827,7 @@ def _main_call_site(ctx: Context) -> int:
     return calls[0]["site"] if calls else -1
 
 
-@rule("ADV501", "fp32-matmuls", "throughput", "the step's matrix multiplications run in fp32",
+@rule("ADV501", "fp32-matmuls", "throughput", "the step's matmuls run in fp32",
       why="""
       The Cube unit's peak is for 16-bit inputs; fp32 matmuls run at a fraction of it unless HF32 is on, and
       torch.npu.matmul.allow_hf32 is False by default (convolutions default to HF32). bf16 autocast
@@ -829,12 +836,12 @@ def _main_call_site(ctx: Context) -> int:
       """,
       sources=("amp", "hf32"),
       fix="""
-      with torch.autocast("npu", dtype=torch.bfloat16):  # "cuda" in a CUDA program run with `ascendify run`
+      with torch.autocast("npu", dtype=torch.bfloat16):  # or "cuda"
           loss = model(x, y)
       # or, keeping fp32 numerics close: torch.npu.matmul.allow_hf32 = True
       """,
       example="""
-      logits = model(x)                          # fp32 weights and inputs, no autocast
+      logits = model(x)   # fp32 weights and inputs, no autocast
       """)
 def check_fp32_matmuls(ctx: Context) -> list[Finding]:
     mm = [k for k in ctx.estimate.costs if k.flops > 0 and k.peak_key is not None]
@@ -876,8 +883,8 @@ def check_fp32_matmuls(ctx: Context) -> list[Finding]:
       """,
       sources=("data_format", "nd_nz_alignment"),
       fix="""
-      vocab_size = 50304                         # 50257 rounded up to a multiple of 64
-      hidden = 1024                              # not 1000; heads × head_dim multiples of 16
+      vocab_size = 50304   # 50257 rounded up to a multiple of 64
+      hidden = 1024        # not 1000; head_dim a multiple of 16
       """,
       example="""
       self.lm_head = nn.Linear(768, 50257)
@@ -942,8 +949,8 @@ def _kn(o: Op) -> tuple[int, ...] | None:
       """,
       sources=("dataloader",),
       fix="""
-      loader = DataLoader(ds, batch_size=B, shuffle=True, num_workers=4, pin_memory=True,
-                          persistent_workers=True, drop_last=True)
+      loader = DataLoader(ds, batch_size=B, shuffle=True, num_workers=4,
+                          pin_memory=True, persistent_workers=True)
       """,
       example="""
       loader = DataLoader(ds, batch_size=B, shuffle=True)
@@ -1007,7 +1014,7 @@ def check_h2d(ctx: Context) -> list[Finding]:
 # ============================================================================================================
 
 
-@rule("ADV601", "host-bound-step", "host", "the step is host-bound: the NPU waits for operators to be delivered",
+@rule("ADV601", "host-bound-step", "host", "a host-bound step: the NPU waits for deliveries",
       why="""
       The host delivers operators one by one; when delivering a step's operators takes longer than the NPU
       takes to run them, the NPU idles (host bound, the first cause Huawei's host-bound guide lists). Fewer,
@@ -1016,9 +1023,9 @@ def check_h2d(ctx: Context) -> list[Finding]:
       """,
       sources=("host_bound", "task_queue"),
       fix="""
-      # fewer deliveries: the fused operators of the findings above, a larger batch per step;
-      # faster delivery:  export TASK_QUEUE_ENABLE=2   (and CPU_AFFINITY_CONF=1)
-      # or graph mode:    model = torch.compile(model, backend="npugraph_ex")
+      # fewer deliveries: the fused operators above, a larger batch;
+      # faster delivery: export TASK_QUEUE_ENABLE=2 (CPU_AFFINITY_CONF=1)
+      # or graph mode: model = torch.compile(model, backend="npugraph_ex")
       """,
       example="""
       # a small model delivering thousands of tiny operators per step
