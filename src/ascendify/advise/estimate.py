@@ -401,6 +401,8 @@ def summarize(c: Chip, step: int, costs: list[OpCost], data_wait: float = 0.0) -
     hidden_host += max(0.0, seg_host - seg_dev)
     device = sum(k.device_s for k in costs)
     host_total = sum(k.host_s for k in costs) + data_wait
+    if c.kind == "cpu":  # a CPU runs each op in the thread that delivers it: nothing overlaps
+        total, hidden_host = device + host_total, host_total
     return StepEstimate(c, step, max(total, device), comp, mem, hidden_host, host_total, device, syncs, len(costs),
                         sum(1 for k in costs if k.bound != "none"), data_wait, costs)
 
