@@ -87,3 +87,23 @@ def test_backward_steps_and_model_calls_when_there_is_no_optimizer():
 def test_a_wrong_schema_is_refused():
     with pytest.raises(ValueError, match="not an advise trace"):
         Trace.from_dict({"schema": "something/1"})
+
+
+def test_sdpa_is_one_op_even_where_the_cpu_takes_its_math_path():
+    # with dropout (or a float mask) the CPU decomposes SDPA into bmm/softmax/dropout/bmm; torch_npu runs
+    # aten::scaled_dot_product_attention as one kernel: the trace says so, forward and backward
+    import torch.nn.functional as F
+
+    q = torch.randn(2, 2, 8, 16, requires_grad=True)
+    tr = Tracer().start()
+    y = F.scaled_dot_product_attention(q, q, q, dropout_p=0.5)
+    y.sum().backward()
+    t = tr.stop()
+    names = [o.name for o in t.ops]
+    assert names.count("scaled_dot_product_attention") == 1 and "bmm" not in names and "_softmax" not in names
+    assert names.count("scaled_dot_product_attention_backward") == 1
+    bwd = next(o for o in t.ops if o.name == "scaled_dot_product_attention_backward")
+    assert bwd.phase == BWD and bwd.ins[0][0] == (2, 2, 8, 16)  # its forward's inputs, for the estimate
+    from ascendify.advise import estimate as est
+
+    assert est.flops(bwd)[1] == "attention"

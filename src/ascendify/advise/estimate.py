@@ -215,6 +215,9 @@ def flops(op: Op) -> tuple[float, str | None]:
             lq, e = q[-2], q[-1]
             s, ev = k[-2], v[-1]
             return 2.0 * bh * lq * s * (e + ev), "attention"
+        if b.endswith("_backward") and b[: -len("_backward")] in ATTENTION_OPS and len(ins) >= 3:
+            q, k, v = ins[0][0], ins[1][0], ins[2][0]  # a collapsed fused call's backward: its forward's inputs
+            return 2.5 * 2.0 * _numel(q[:-2]) * q[-2] * k[-2] * (q[-1] + v[-1]), "attention"
         if b in ATTENTION_BWD and len(ins) >= 4:
             q, k, v = ins[1][0], ins[2][0], ins[3][0]
             bh = _numel(q[:-2])
@@ -257,6 +260,8 @@ def op_cost(op: Op, c: Chip, settings: dict[str, Any], index: int = -1, fallback
     if not sync and on_dev and op.base in ("index", "index_put", "index_put_", "_index_put_impl_"):
         sync = any(dt in ("bool", "uint8") for _, dt, _ in op.ins[1:])  # a boolean mask: nonzero inside
     if is_view(op) and not sync:
+        return OpCost(index, 0.0, c.view_s, 0.0, 0, "none", None, False)
+    if c.kind != "cpu" and not fallback and not _on_device(op):  # host-side work on CPU tensors: no kernel
         return OpCost(index, 0.0, c.view_s, 0.0, 0, "none", None, False)
     f, kind = flops(op)
     nbytes = _bytes(op.ins) + _bytes(op.outs)

@@ -102,7 +102,14 @@ class Context:
         return m
 
     def per_step(self, indices: list[int]) -> float:
-        return len(indices) / max(1, len(self.steps))
+        """How many of ``indices`` a step holds: the median over the analysed steps (a step that also ran an
+        evaluation, or a checkpoint, does not count for all)."""
+        counts = Counter(self.trace.ops[i].step for i in indices)
+        per = sorted(counts.get(s, 0) for s in self.steps)
+        if not per:
+            return 0.0
+        mid = len(per) // 2
+        return float(per[mid]) if len(per) % 2 else (per[mid - 1] + per[mid]) / 2
 
     def costs_by_index(self) -> dict[int, est.OpCost]:
         return {k.index: k for k in self.estimate.costs}
@@ -238,8 +245,10 @@ def check_value_read(ctx: Context) -> list[Finding]:
         if _via_library(ctx.trace, group[0][1], _LIB_BOOKKEEPING):
             continue  # torch's own bookkeeping (GradScaler's found_inf, a scheduler): not the user's read
         idx = [i for i, _ in group]
-        w = ctx.what_if(nosync=ctx.in_estimated(idx))
         n = ctx.per_step(idx)
+        if n == 0:
+            continue  # not in the steady steps (an evaluation, a checkpoint): not a per-step cost
+        w = ctx.what_if(nosync=ctx.in_estimated(idx))
         out.append(ctx.finding("ADV101", site, f"{n:g} read{'s' if n != 1 else ''} of a device value per step",
                                {"per_step": n, "calls": len(idx), "dtype": group[0][1].ins[0][1]}, w,
                                "host and device stop overlapping at each read (estimate with and without it)"))
@@ -269,6 +278,8 @@ def check_copy_to_host(ctx: Context) -> list[Finding]:
         if _via_library(ctx.trace, group[0][1], _LIB_BOOKKEEPING):
             continue
         idx = [i for i, _ in group]
+        if ctx.per_step(idx) == 0:
+            continue
         nbytes = sum(est._bytes(o.ins[:1]) for _, o in group) / max(1, len(ctx.steps))
         w = ctx.what_if(nosync=ctx.in_estimated(idx))
         out.append(ctx.finding("ADV102", site, f"{ctx.per_step(idx):g} copies to the host per step, "
@@ -345,6 +356,8 @@ def check_data_dependent(ctx: Context) -> list[Finding]:
     out = []
     for site, group in ctx.group_by_site(items).items():
         idx = [i for i, _ in group]
+        if ctx.per_step(idx) == 0:
+            continue
         names = Counter(o.name for _, o in group)
         w = ctx.what_if(nosync=ctx.in_estimated(idx))
         out.append(ctx.finding("ADV104", site, f"{', '.join(names)}: {ctx.per_step(idx):g} per step, output "
@@ -457,8 +470,12 @@ def _varying_dims(sigs: set) -> str:
       """)
 def check_last_partial_batch(ctx: Context) -> list[Finding]:
     out = []
+    seen: set[int] = set()
     for d in ctx.trace.dataloaders:
-        bs, n = d.get("batch_size"), d.get("dataset_len")
+        bs, n = d.get("batch_size"), d.get("samples") or d.get("dataset_len")
+        if d["site"] in seen:
+            continue
+        seen.add(d["site"])
         if d.get("drop_last") or not bs or not n or n % bs == 0 or d["site"] < 0 or n < bs:
             continue
         rest = n % bs
@@ -658,7 +675,7 @@ def _fusion_findings(ctx: Context, kind: str, rule_id: str, describe: Callable[[
         in_step = [m for m in ms if any(i in {k.index for k in ctx.estimate.costs} for i in m.ops)]
         w = _fused_weight(ctx, in_step) if in_step else None
         m0 = ms[0]
-        n = len(ms) / max(1, len(ctx.steps))
+        n = ctx.per_step([m.ops[0] for m in ms])
         ops_per = len(m0.ops)
         apply = {"kind": kind, "sites": [ctx.trace.label(s) for s in m0.sites], "anchor": ctx.trace.label(site),
                  "shape": list(m0.shape), "dtype": m0.dtype, "detail": m0.detail,
@@ -822,9 +839,14 @@ def check_optimizer_loop(ctx: Context) -> list[Finding]:
 
 
 def _main_call_site(ctx: Context) -> int:
+    """The line calling the model in the estimated step (else the most frequent call line of the steps)."""
     want = set(ctx.steps)
     calls = [c for c in ctx.trace.model_calls if c["step"] in want and c["site"] >= 0 and c.get("params", True)]
-    return calls[0]["site"] if calls else -1
+    here = [c for c in calls if c["step"] == ctx.step]
+    if here:
+        return here[0]["site"]
+    common = Counter(c["site"] for c in calls).most_common(1)
+    return common[0][0] if common else -1
 
 
 @rule("ADV501", "fp32-matmuls", "throughput", "the step's matmuls run in fp32",
@@ -959,16 +981,19 @@ def check_dataloader_workers(ctx: Context) -> list[Finding]:
     out = []
     waits = [s.get("data_wait_s") or 0.0 for s in ctx.trace.steps if s["step"] in set(ctx.steps)]
     wait = sorted(waits)[len(waits) // 2] if waits else 0.0
+    left_out = {o["step"] for o in ctx.trace.meta.get("steps_left_out") or []}
+    step_s = est.summarize(ctx.chip, ctx.step, ctx.estimate.costs, 0.0).total_s  # the step without the wait
+    seen: set[int] = set()
     for d in ctx.trace.dataloaders:
-        if d.get("num_workers", 0) > 0 or d["site"] < 0:
-            continue
-        step_s = ctx.estimate.total_s
+        if d.get("num_workers", 0) > 0 or d["site"] < 0 or d["site"] in seen or d.get("step") in left_out:
+            continue  # (a loader made in an evaluation step feeds the evaluation, not the training step)
+        seen.add(d["site"])
         if wait <= 0 or wait < 0.1 * step_s:
             continue
         out.append(ctx.finding("ADV503", d["site"], f"num_workers=0: {wait * 1e3:.2f} ms per step waiting for the "
                                f"next batch (measured here) vs a step of {step_s * 1e3:.2f} ms estimated on "
-                               f"{ctx.chip.name}", {"data_wait_ms": round(wait * 1e3, 4), "num_workers": 0,
-                                                    "dataset": d.get("dataset")}, wait,
+                               f"{ctx.chip.name} without it", {"data_wait_ms": round(wait * 1e3, 4), "num_workers": 0,
+                                                               "dataset": d.get("dataset")}, wait,
                                "the measured wait for the next batch, not hidden behind the step"))
     return out
 
@@ -995,8 +1020,8 @@ def check_h2d(ctx: Context) -> list[Finding]:
     for site, group in ctx.group_by_site(items).items():
         blocking = [(i, o) for i, o in group if not (o.extra or {}).get("non_blocking")]
         nbytes = sum(est._bytes(o.ins[:1]) for _, o in blocking) / max(1, len(ctx.steps))
-        if not blocking or nbytes < 4096:  # scalars and tiny tensors: not worth a finding
-            continue
+        if not blocking or nbytes < 4096 or ctx.per_step([i for i, _ in blocking]) == 0:
+            continue  # scalars and tiny tensors, or not in the steady steps: not worth a finding
         idx = ctx.in_estimated([i for i, _ in blocking])
         t = sum(k.device_s for k in ctx.estimate.costs if k.index in idx)
         pinned = any(d.get("pin_memory") for d in ctx.trace.dataloaders)
@@ -1068,6 +1093,15 @@ def context(trace: Trace, chip: est.Chip) -> Context:
     """The context the checks run in: the steady steps, torch_npu's CPU-fallback ops (on an NPU), the estimate."""
     whole = [s["step"] for s in trace.steps]
     steps = [s for s in whole if s > 0] or whole or sorted({o.step for o in trace.ops})[:1] or [0]
+    # a step that also ran an evaluation or wrote a checkpoint is not a training step: left out when it holds
+    # several times the ops of the median step
+    counts = {s["step"]: s.get("ops") or 0 for s in trace.steps}
+    if len(steps) > 2:
+        med = sorted(counts.get(s, 0) for s in steps)[len(steps) // 2]
+        odd = [s for s in steps if med and counts.get(s, 0) > 3 * med]
+        if odd and len(odd) < len(steps):
+            steps = [s for s in steps if s not in odd]
+            trace.meta["steps_left_out"] = [{"step": s, "ops": counts.get(s, 0), "median_ops": med} for s in odd]
     fb: frozenset[str] = frozenset()
     if chip.kind == "npu":
         from ascendify.core import knowledge

@@ -203,6 +203,10 @@ class Tracer:
         self._seq_site: dict[int, int] = {}  # autograd sequence number -> site of the forward call that made it
         self._seq_fused: dict[int, tuple[int, str]] = {}  # ... -> (fused call, name) when made inside one
         self._fused_open: dict[tuple, int] = {}  # (fused call, backward?) -> index of its op in trace.ops
+        self._fused_ins: dict[int, tuple] = {}  # fused call -> its inputs (for its backward's record)
+        self._collapse: list[tuple] = []  # APIs run as one kernel on an NPU, being called now (ONE_KERNEL_APIS)
+        self._calls = 0  # numbers the fused calls (a frame's id is reused once it is gone)
+        self._cur_fused: tuple | None = None  # (frame id, call number, op index) of the fused call being recorded
         self._last_seq = -1
         self._opt_first: int | None = None  # id of the first optimizer that stepped
         self._opt_depth = 0
@@ -340,18 +344,35 @@ class Tracer:
                 site, _ = self._site()
         else:
             site, fz = self._site()
+            call = cname = None
+            if fz is not None:  # inside an emulated torch_npu fused operator (even one that calls SDPA itself)
+                call, cname = self._fused_call(id(fz[0])), fz[1]
+            elif self._collapse:  # inside an API an NPU runs as one kernel
+                call, cname, cins, cids = self._collapse[-1]
             seq = self._seqnr()
             if seq != self._last_seq:  # this call's autograd node was made just before it ran
                 self._last_seq = seq
                 self._seq_site[seq - 1] = site
+                if call is not None:
+                    self._seq_fused[seq - 1] = (call, cname)
+            if call is not None:  # the call is one op, not its math
                 if fz is not None:
-                    self._seq_fused[seq - 1] = (id(fz[0]), fz[1])
-            if fz is not None:  # inside an emulated torch_npu fused operator: the call is one op, not its math
-                frame, fname = fz
-                self._fused_op(id(frame), fname, phase, site, frame, ins, in_ids, outs, out_ids)
+                    self._fused_op(call, cname, phase, site, fz[0], ins, in_ids, outs, out_ids)
+                    self._cur_fused = (id(fz[0]), call, len(t.ops) - 1)
+                else:
+                    self._fused_op(call, cname, phase, site, None, cins, cids, outs, out_ids)
                 return
         t.ops.append(Op(self.step, phase, name, site, tuple(ins), tuple(outs), tuple(in_ids), tuple(out_ids),
                         tuple(scal), extra))
+
+    def _fused_call(self, frame_id: int) -> int:
+        """The number of the fused call a frame runs: the current one while its op is the last recorded (the
+        call's ops come one after the other), else a new one."""
+        cur = self._cur_fused
+        if cur is not None and cur[0] == frame_id and cur[2] == len(self.trace.ops) - 1:
+            return cur[1]
+        self._calls += 1
+        return self._calls
 
     def _fused_op(self, call: int, name: str, phase: str, site: int, frame, ins, in_ids, outs, out_ids,
                   bwd: bool = False) -> None:
@@ -366,6 +387,12 @@ class Tracer:
             return
         if not bwd and frame is not None:
             ins, in_ids = _frame_tensor_args(frame, self._Tensor)
+        if not bwd:
+            self._fused_ins[call] = tuple(ins)
+            if len(self._fused_ins) > 4096:
+                self._fused_ins.clear()
+        else:
+            ins = self._fused_ins.get(call, ())
         self._fused_open[key] = len(t.ops)
         if len(self._fused_open) > 256:
             self._fused_open.clear()
@@ -435,6 +462,7 @@ class Tracer:
 
         self._patches.set(torch.autograd, "backward", backward)
         self._patch_syncs(torch)
+        self._patch_one_kernel_apis(torch)
         self._patch_dataloader(torch)
         self._patch_optimizer_init(torch)
 
@@ -452,6 +480,33 @@ class Tracer:
                 return _orig(*args, **kwargs)
 
             self._patches.set(mod, "synchronize", synchronize)
+
+    def _patch_one_kernel_apis(self, torch) -> None:
+        """APIs an NPU runs as one kernel that the CPU (so the emulated NPU) may run as many ops (SDPA with
+        dropout or a mask takes the CPU's math path): one op in the trace, as on the NPU."""
+        tracer = self
+        F = torch.nn.functional
+        for name in ONE_KERNEL_APIS:
+            orig = getattr(F, name, None)
+            if orig is None:
+                continue
+
+            def api(*args, _orig=orig, _name=name, **kwargs):
+                if not tracer.active:
+                    return _orig(*args, **kwargs)
+                ins, ids = [], []
+                for x in list(args) + list(kwargs.values()):
+                    if isinstance(x, tracer._Tensor):
+                        ins.append((tuple(x.shape), dtype_name(x.dtype), x.device.type))
+                        ids.append(id(x))
+                tracer._calls += 1
+                tracer._collapse.append((tracer._calls, _name, ins, ids))
+                try:
+                    return _orig(*args, **kwargs)
+                finally:
+                    tracer._collapse.pop()
+
+            self._patches.set(F, name, api)
 
     def _site_py(self) -> int:
         """The user's site of a Python-level call (one frame less than an ATen call's)."""
@@ -502,11 +557,15 @@ class Tracer:
             self._patches.set(base, "__next__", __next__)
 
     def _on_dataloader(self, loader) -> None:
-        n = None
+        n = samples = None
         try:
             n = len(loader.dataset)
         except Exception:  # noqa: BLE001 (an iterable dataset has no length)
             n = None
+        try:
+            samples = len(loader.sampler) if loader.batch_size is not None else None  # an epoch's samples
+        except Exception:  # noqa: BLE001
+            samples = None
         self.trace.dataloaders.append({
             "site": self._site_from(sys._getframe(2)),
             "num_workers": int(getattr(loader, "num_workers", 0) or 0),
@@ -514,6 +573,7 @@ class Tracer:
             "drop_last": bool(getattr(loader, "drop_last", False)),
             "batch_size": getattr(loader, "batch_size", None),
             "dataset_len": n,
+            "samples": samples,
             "dataset": type(loader.dataset).__name__,
             "step": self.step,
         })
@@ -659,6 +719,9 @@ class Tracer:
 
 _OWN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _FUSED_DIR = os.path.join(_OWN_DIR, "emulator", "fused") + os.sep
+# torch.nn.functional APIs torch_npu runs as one kernel (aten::scaled_dot_product_attention has a PrivateUse1
+# kernel in torch_npu 2.13, data/npu_kernels.json) that a CPU may decompose
+ONE_KERNEL_APIS = ("scaled_dot_product_attention",)
 _FUSED_NAMES: frozenset[str] | None = None
 
 
