@@ -31,8 +31,8 @@ def analyze(trace: Trace, device: str | None = None, *, dispatch_us: float | Non
     if trace.meta.get("truncated"):
         notes.append(trace.meta["truncated"])
     for odd in trace.meta.get("steps_left_out") or []:
-        notes.append(f"step {odd['step']} ran {odd['ops']:,} ops, {odd['ops'] / max(1, odd['median_ops']):.0f}x the "
-                     "median step: an evaluation, a checkpoint or a warm-up ran in it; it is left out of the "
+        notes.append(f"step {odd['step']} ran {odd['ops']:,} ops, {odd['ops'] / max(1, odd['least_ops']):.0f}x the "
+                     "lightest step: an evaluation, a checkpoint or generation ran in it; it is left out of the "
                      "per-step analysis")
     steps = []
     for s in trace.steps:

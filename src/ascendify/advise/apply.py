@@ -550,9 +550,7 @@ def load_definitions(path: str, name: str) -> dict[str, Any]:
 def swap_classes(model, rewritten: dict[str, str], project: str) -> tuple[Any, list[str]]:
     """A deep copy of ``model`` whose modules of a rewritten file's classes are instances of the rewritten class
     (same attributes, the new code): ``rewritten`` maps a project file to its rewritten copy."""
-    import copy
-
-    target = copy.deepcopy(model)
+    target = copy_model(model)
     spaces: dict[str, dict[str, Any]] = {}
     swapped = []
     for m in target.modules():
@@ -572,6 +570,20 @@ def swap_classes(model, rewritten: dict[str, str], project: str) -> tuple[Any, l
     return target, swapped
 
 
+def copy_model(model):
+    """A copy of ``model`` that holds its own submodules everywhere: a cloudpickle round trip (a lambda over the
+    model's own submodules, minGPT's ``Block.mlpf``, then calls the copy's, which ``copy.deepcopy`` does not
+    give); deepcopy where cloudpickle cannot take the model."""
+    import copy
+
+    try:
+        import cloudpickle
+
+        return cloudpickle.loads(cloudpickle.dumps(model))
+    except Exception:  # noqa: BLE001 (no cloudpickle, or a model it cannot take)
+        return copy.deepcopy(model)
+
+
 def _defined_in(cls: type) -> str | None:
     """The file a class was defined in, from its methods' code (a class of a script run as ``__main__`` has no
     module to ask once the script is over)."""
@@ -585,15 +597,13 @@ def _defined_in(cls: type) -> str | None:
 def lockstep(model, batch, rewritten: dict[str, str], project: str) -> dict[str, Any]:
     """compare_models(original, rewritten copy) on the captured batch: golden on the CPU in fp32, target on the
     (emulated) NPU; returns the verdict and the numbers."""
-    import copy
-
     import torch
 
     from ascendify.precision.compare_report import headline
     from ascendify.precision.lockstep import compare_models
 
     target, swapped = swap_classes(model, rewritten, project)
-    golden = copy.deepcopy(model).to("cpu")
+    golden = copy_model(model).to("cpu")
     dev = "npu" if hasattr(torch, "npu") and torch.npu.is_available() else "cpu"
     res = compare_models(golden, target, *batch, golden_device="cpu", target_device=dev, copy_weights=False,
                          backward=True)

@@ -416,14 +416,28 @@ def _on_device(op: Op) -> bool:
     return any(dev not in ("cpu", "meta") for _, _, dev in op.ins + op.outs)
 
 
-def steady_step(trace: Trace) -> int:
-    """The step to estimate: among the whole steps after the first (which holds the program's warm-up), the one
-    with the median number of ops; the first when it is the only one; 0 for a trace without steps."""
-    steps = [s for s in trace.steps if s["step"] > 0] or trace.steps
+def analysed_steps(trace: Trace) -> tuple[list[int], list[dict[str, Any]]]:
+    """``(steps to analyse, steps left out)``: the whole steps after the first (which holds the program's warm-up;
+    all whole steps when there is one), less the steps that ran several times (3x) the ops of the lightest one: an
+    evaluation, a checkpoint, generation ran in them, not a training step."""
+    whole = [s for s in trace.steps]
+    steps = [s for s in whole if s["step"] > 0] or whole
     if not steps:
-        return 0
-    ordered = sorted(steps, key=lambda s: (s.get("ops") or 0, s["step"]))
-    return ordered[len(ordered) // 2]["step"]
+        return ([sorted({o.step for o in trace.ops})[0]] if trace.ops else [0]), []
+    least = min(s.get("ops") or 0 for s in steps)
+    odd = [s for s in steps if least and (s.get("ops") or 0) > 3 * least]
+    keep = [s for s in steps if s not in odd]
+    return [s["step"] for s in keep], [{"step": s["step"], "ops": s.get("ops") or 0, "least_ops": least}
+                                       for s in odd]
+
+
+def steady_step(trace: Trace) -> int:
+    """The step to estimate: among the analysed steps (:func:`analysed_steps`), the one with the median number of
+    ops; 0 for a trace without steps."""
+    keep, _ = analysed_steps(trace)
+    counts = {s["step"]: s.get("ops") or 0 for s in trace.steps}
+    ordered = sorted(keep, key=lambda s: (counts.get(s, 0), s))
+    return ordered[len(ordered) // 2] if ordered else 0
 
 
 def top_ops(est: StepEstimate, trace: Trace, top: int = 12) -> list[dict[str, Any]]:

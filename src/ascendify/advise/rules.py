@@ -1091,17 +1091,9 @@ def run_all(ctx: Context) -> list[Finding]:
 
 def context(trace: Trace, chip: est.Chip) -> Context:
     """The context the checks run in: the steady steps, torch_npu's CPU-fallback ops (on an NPU), the estimate."""
-    whole = [s["step"] for s in trace.steps]
-    steps = [s for s in whole if s > 0] or whole or sorted({o.step for o in trace.ops})[:1] or [0]
-    # a step that also ran an evaluation or wrote a checkpoint is not a training step: left out when it holds
-    # several times the ops of the median step
-    counts = {s["step"]: s.get("ops") or 0 for s in trace.steps}
-    if len(steps) > 2:
-        med = sorted(counts.get(s, 0) for s in steps)[len(steps) // 2]
-        odd = [s for s in steps if med and counts.get(s, 0) > 3 * med]
-        if odd and len(odd) < len(steps):
-            steps = [s for s in steps if s not in odd]
-            trace.meta["steps_left_out"] = [{"step": s, "ops": counts.get(s, 0), "median_ops": med} for s in odd]
+    steps, odd = est.analysed_steps(trace)
+    if odd:
+        trace.meta["steps_left_out"] = odd
     fb: frozenset[str] = frozenset()
     if chip.kind == "npu":
         from ascendify.core import knowledge

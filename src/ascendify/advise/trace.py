@@ -62,7 +62,7 @@ class Site:
         return f"{short_path(self.file, root)}:{self.line}"
 
 
-@dataclass
+@dataclass(slots=True)
 class Op:
     """One ATen call. ``ins``/``outs``: ``(shape, dtype, device)`` per tensor; ``scalars``: the plain numbers and
     flags among the arguments, in order; ``in_ids``/``out_ids``: ``id()`` of the tensors (dataflow)."""
@@ -168,6 +168,7 @@ def short_path(path: str, root: str | None = None) -> str:
 
 
 _DTYPES: dict[Any, str] = {}
+_DT = _DTYPES
 
 
 def dtype_name(dt: Any) -> str:
@@ -205,6 +206,7 @@ class Tracer:
         self._fused_open: dict[tuple, int] = {}  # (fused call, backward?) -> index of its op in trace.ops
         self._fused_ins: dict[int, tuple] = {}  # fused call -> its inputs (for its backward's record)
         self._collapse: list[tuple] = []  # APIs run as one kernel on an NPU, being called now (ONE_KERNEL_APIS)
+        self._devtype: str | None = None  # the accelerator's device type, asked once
         self._calls = 0  # numbers the fused calls (a frame's id is reused once it is gone)
         self._cur_fused: tuple | None = None  # (frame id, call number, op index) of the fused call being recorded
         self._last_seq = -1
@@ -289,18 +291,19 @@ class Tracer:
             self.overflow = True
             return
         Tensor = self._Tensor
+        dev = self._dev
         name = self._names.get(func)
         if name is None:
             name = self._names[func] = _op_name(func)
         ins, in_ids, scal = [], [], []
         for a in args:
             if isinstance(a, Tensor):
-                ins.append((tuple(a.shape), dtype_name(a.dtype), a.device.type))
+                ins.append((a.shape, _DT.get(a.dtype) or dtype_name(a.dtype), dev(a)))
                 in_ids.append(id(a))
             elif isinstance(a, (list, tuple)):
                 for b in a:
                     if isinstance(b, Tensor):
-                        ins.append((tuple(b.shape), dtype_name(b.dtype), b.device.type))
+                        ins.append((b.shape, _DT.get(b.dtype) or dtype_name(b.dtype), dev(b)))
                         in_ids.append(id(b))
                     elif isinstance(b, (int, float, bool)):
                         scal.append(b)
@@ -310,7 +313,7 @@ class Tracer:
         if kwargs:
             for v in kwargs.values():
                 if isinstance(v, Tensor):
-                    ins.append((tuple(v.shape), dtype_name(v.dtype), v.device.type))
+                    ins.append((v.shape, _DT.get(v.dtype) or dtype_name(v.dtype), dev(v)))
                     in_ids.append(id(v))
             if "device" in kwargs or "non_blocking" in kwargs:
                 dev = kwargs.get("device")
@@ -318,12 +321,12 @@ class Tracer:
                          "non_blocking": bool(kwargs.get("non_blocking", False))}
         outs, out_ids = [], []
         if isinstance(out, Tensor):
-            outs.append((tuple(out.shape), dtype_name(out.dtype), out.device.type))
+            outs.append((out.shape, _DT.get(out.dtype) or dtype_name(out.dtype), dev(out)))
             out_ids.append(id(out))
         elif isinstance(out, (list, tuple)):
             for b in out:
                 if isinstance(b, Tensor):
-                    outs.append((tuple(b.shape), dtype_name(b.dtype), b.device.type))
+                    outs.append((b.shape, _DT.get(b.dtype) or dtype_name(b.dtype), dev(b)))
                     out_ids.append(id(b))
         phase = self.phase
         node = self._node()
@@ -399,6 +402,17 @@ class Tracer:
             self._fused_open[key] = len(t.ops)
         t.ops.append(Op(self.step, phase, name, site, tuple(ins), tuple(outs), tuple(in_ids), tuple(out_ids), (),
                         {"fused": True}))
+
+    def _dev(self, t) -> str:
+        """A tensor's device type, cheaply: ``is_cpu`` is a flag; another device's type is asked once."""
+        if t.is_cpu:
+            return "cpu"
+        if t.is_meta:
+            return "meta"
+        d = self._devtype
+        if d is None:
+            d = self._devtype = t.device.type
+        return d
 
     def _site(self) -> tuple[int, Any]:
         """``(site index, fused)``: the user's frame above the current op, and ``(frame, name)`` of the outermost
