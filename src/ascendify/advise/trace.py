@@ -291,19 +291,19 @@ class Tracer:
             self.overflow = True
             return
         Tensor = self._Tensor
-        dev = self._dev
+        devof = self._dev
         name = self._names.get(func)
         if name is None:
             name = self._names[func] = _op_name(func)
         ins, in_ids, scal = [], [], []
         for a in args:
             if isinstance(a, Tensor):
-                ins.append((a.shape, _DT.get(a.dtype) or dtype_name(a.dtype), dev(a)))
+                ins.append((a.shape, _DT.get(a.dtype) or dtype_name(a.dtype), devof(a)))
                 in_ids.append(id(a))
             elif isinstance(a, (list, tuple)):
                 for b in a:
                     if isinstance(b, Tensor):
-                        ins.append((b.shape, _DT.get(b.dtype) or dtype_name(b.dtype), dev(b)))
+                        ins.append((b.shape, _DT.get(b.dtype) or dtype_name(b.dtype), devof(b)))
                         in_ids.append(id(b))
                     elif isinstance(b, (int, float, bool)):
                         scal.append(b)
@@ -313,7 +313,7 @@ class Tracer:
         if kwargs:
             for v in kwargs.values():
                 if isinstance(v, Tensor):
-                    ins.append((v.shape, _DT.get(v.dtype) or dtype_name(v.dtype), dev(v)))
+                    ins.append((v.shape, _DT.get(v.dtype) or dtype_name(v.dtype), devof(v)))
                     in_ids.append(id(v))
             if "device" in kwargs or "non_blocking" in kwargs:
                 dev = kwargs.get("device")
@@ -321,12 +321,12 @@ class Tracer:
                          "non_blocking": bool(kwargs.get("non_blocking", False))}
         outs, out_ids = [], []
         if isinstance(out, Tensor):
-            outs.append((out.shape, _DT.get(out.dtype) or dtype_name(out.dtype), dev(out)))
+            outs.append((out.shape, _DT.get(out.dtype) or dtype_name(out.dtype), devof(out)))
             out_ids.append(id(out))
         elif isinstance(out, (list, tuple)):
             for b in out:
                 if isinstance(b, Tensor):
-                    outs.append((b.shape, _DT.get(b.dtype) or dtype_name(b.dtype), dev(b)))
+                    outs.append((b.shape, _DT.get(b.dtype) or dtype_name(b.dtype), devof(b)))
                     out_ids.append(id(b))
         phase = self.phase
         node = self._node()
