@@ -521,9 +521,14 @@ def check_fallback(ctx: Context) -> list[Finding]:
             return est.op_cost(o, ctx.chip, ctx.trace.settings, k.index, fallback=False)
 
         w = ctx.what_if(change=as_device)
+        from ascendify.core import knowledge
+
+        cov = knowledge.ops_without_npu_kernel()
+        apis = sorted({a for n in names for a in (cov.get(n.split(".")[0].rstrip("_")) or {}).get("python_api", [])})
         out.append(ctx.finding("ADV301", site, f"{', '.join(names)}: {ctx.per_step([i for i, _ in group]):g} calls "
                                "per step on the host CPU", {"ops": dict(names), "per_step": ctx.per_step(
-                                   [i for i, _ in group]), "shapes": _shapes([o for _, o in group])}, w,
+                                   [i for i, _ in group]), "shapes": _shapes([o for _, o in group]),
+                                   **({"python_apis": apis[:6]} if apis else {})}, w,
                                "two host-link transfers and a sync per call vs an NPU kernel (estimate)"))
     return out
 
