@@ -671,6 +671,9 @@ def _ops_compare(result, prog, project: str, out: str, steps: int, trace_program
     cwd = os.getcwd()
     rel_cwd = os.path.relpath(cwd, project)
     run_dir = os.path.join(out, rel_cwd) if not rel_cwd.startswith("..") else cwd
+    saved_path = sys.path[:]
+    # the project's folders on sys.path (PYTHONPATH=., an installed package's folder) stand for the copy's now
+    sys.path[:] = [_moved(p, project, out) for p in sys.path]
     try:
         os.chdir(run_dir)
         code, trace, _ = trace_program(new_prog, steps=steps, root=run_dir)
@@ -678,13 +681,29 @@ def _ops_compare(result, prog, project: str, out: str, steps: int, trace_program
         return {"before": before, "after": None, "note": f"the rewritten program could not run: {e}"}
     finally:
         os.chdir(cwd)
+        sys.path[:] = saved_path
+        _forget_modules(out)
     after_result = analyze(trace, result.meta.get("device"))
     after = _median_ops(after_result)
     gone = sorted({f.rule for f in result.findings + result.minor if f.rule in APPLICABLE}
                   - {f.rule for f in after_result.findings + after_result.minor})
     return {"before": before, "after": after, "exit_code": code, "rules_gone": gone,
-            "est_step_ms": {"before": (result.estimate or {}).get("step_ms"),
-                            "after": (after_result.estimate or {}).get("step_ms")}}
+            "est_step_ms": {"before": _est_ms(result), "after": _est_ms(after_result)}}
+
+
+def _est_ms(result) -> float | None:
+    """The estimated step without the measured wait for data (host noise, the same code on both sides)."""
+    e = result.estimate or {}
+    if e.get("step_ms") is None:
+        return None
+    return round(e["step_ms"] - (e.get("data_wait_ms") or 0.0), 4)
+
+
+def _moved(path: str, project: str, out: str) -> str:
+    a = os.path.abspath(path or os.curdir)
+    if a == project or a.startswith(project + os.sep):
+        return os.path.join(out, os.path.relpath(a, project))
+    return path
 
 
 def _median_ops(result) -> int | None:
