@@ -77,6 +77,7 @@ def steps_alone(a) -> list[float]:
     emu.enable()
     import torch
 
+    torch.set_num_threads(a.threads)  # one intra-op thread: the other work on the machine disturbs it less
     sys.path.insert(0, EXAMPLE)
     from models import GPT  # the bundled example's model
 
@@ -121,6 +122,7 @@ def main() -> int:
     p.add_argument("--d-model", type=int, default=128)
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--part", choices=("both", "command", "steps"), default="both")
+    p.add_argument("--threads", type=int, default=1, help="intra-op threads for the steps part (default 1)")
     p.add_argument("--json", metavar="FILE")
     a = p.parse_args()
     import tempfile

@@ -32,7 +32,9 @@ def trace_program(prog, *, steps: int | None, to: str = "npu", capture_model: bo
                                   rewrite_checks=True)
     except Exception as e:  # the emulator refused to start, an unknown target: one line, no traceback
         raise RuntimeError(f"cannot run on {to}: {type(e).__name__}: {e}") from None
-    tracer = Tracer(steps=steps, root=root or os.getcwd(), capture_model=capture_model)
+    # the first step (the warm-up) is not analysed when there are others: its ops are not recorded
+    tracer = Tracer(steps=steps, root=root or os.getcwd(), capture_model=capture_model,
+                    record_from=1 if steps and steps >= 2 else 0)
     code = 1
     try:
         tracer.start()

@@ -187,8 +187,9 @@ class Tracer:
     folder paths are reported relative to."""
 
     def __init__(self, steps: int | None = None, root: str | None = None, max_ops: int = 2_000_000,
-                 capture_model: bool = False):
+                 capture_model: bool = False, record_from: int = 0):
         self.steps_wanted = steps
+        self.record_from = record_from  # ops of earlier steps are not kept (1: skip the warm-up step)
         self.capture_model = capture_model
         self.captured: tuple[Any, Any] | None = None  # (the first outermost module with parameters, its args)
         self.root = os.path.abspath(root or os.getcwd())
@@ -286,6 +287,8 @@ class Tracer:
 
     # -- the hot path ------------------------------------------------------------------------------------------
     def _record(self, func, args, kwargs, out) -> None:
+        if self.step < self.record_from:  # the warm-up step is not analysed: not recorded either (cheaper)
+            return
         t = self.trace
         if len(t.ops) >= self.max_ops:
             self.overflow = True
