@@ -202,6 +202,8 @@ class Tracer:
         self._handles: list[Any] = []
         self._code_kind: dict[Any, Any] = {}  # code object -> True (user) | via label (library) | None (skip)
         self._site_index: dict[tuple, int] = {}
+        self._site_fast: dict[tuple, int] = {}  # (code, instruction, via) -> site index
+        self._in_backward = 0  # inside torch.autograd.backward/grad: only then can an op be a backward op
         self._seq_site: dict[int, int] = {}  # autograd sequence number -> site of the forward call that made it
         self._seq_fused: dict[int, tuple[int, str]] = {}  # ... -> (fused call, name) when made inside one
         self._fused_open: dict[tuple, int] = {}  # (fused call, backward?) -> index of its op in trace.ops
@@ -332,7 +334,7 @@ class Tracer:
                     outs.append((b.shape, _DT.get(b.dtype) or dtype_name(b.dtype), devof(b)))
                     out_ids.append(id(b))
         phase = self.phase
-        node = self._node()
+        node = self._node() if self._in_backward else None
         site = -1
         if node is not None:
             phase = BWD
@@ -430,11 +432,15 @@ class Tracer:
             if k == 0:
                 k = kinds[code] = self._classify(code)
             if k is True:
-                key = (code.co_filename, f.f_lineno, code.co_name, via)
-                i = self._site_index.get(key)
+                fast = (code, f.f_lasti, via)  # f_lineno decodes the line table: asked once per instruction
+                i = self._site_fast.get(fast)
                 if i is None:
-                    i = self._site_index[key] = len(self.trace.sites)
-                    self.trace.sites.append(Site(code.co_filename, f.f_lineno, code.co_name, via))
+                    key = (code.co_filename, f.f_lineno, code.co_name, via)
+                    i = self._site_index.get(key)
+                    if i is None:
+                        i = self._site_index[key] = len(self.trace.sites)
+                        self.trace.sites.append(Site(code.co_filename, f.f_lineno, code.co_name, via))
+                    self._site_fast[fast] = i
                 return i, fused
             if type(k) is tuple:
                 fused = (f, k[1])
@@ -472,12 +478,25 @@ class Tracer:
         self._handles.append(nn_module.register_module_forward_pre_hook(self._mod_pre))
         self._handles.append(nn_module.register_module_forward_hook(self._mod_post, always_call=True))
         orig_backward = torch.autograd.backward
+        orig_grad = torch.autograd.grad
 
         def backward(tensors, *args, **kwargs):
             tracer._on_backward()
-            return orig_backward(tensors, *args, **kwargs)
+            tracer._in_backward += 1
+            try:
+                return orig_backward(tensors, *args, **kwargs)
+            finally:
+                tracer._in_backward -= 1
 
-        self._patches.set(torch.autograd, "backward", backward)
+        def grad(*args, **kwargs):
+            tracer._in_backward += 1
+            try:
+                return orig_grad(*args, **kwargs)
+            finally:
+                tracer._in_backward -= 1
+
+        self._patches.set(torch.autograd, "backward", backward)  # Tensor.backward calls it too
+        self._patches.set(torch.autograd, "grad", grad)
         self._patch_syncs(torch)
         self._patch_one_kernel_apis(torch)
         self._patch_dataloader(torch)
