@@ -74,3 +74,15 @@ def test_not_a_profile(tmp_path):
     (tmp_path / "ASCEND_PROFILER_OUTPUT").mkdir()
     with pytest.raises(ValueError, match="none of step_trace_time.csv"):
         profile.analyze_profile(str(tmp_path))
+
+
+def test_the_front_end_prints_and_writes_a_profiles_findings(prof, tmp_path, capsys):
+    from ascendify import cli
+
+    assert cli.main(["advise", "--profile", str(prof), "--json", str(tmp_path / "p.json"), "--html",
+                     str(tmp_path / "h")]) == 0
+    out = capsys.readouterr().out
+    assert "Measured step on the profiled NPU: 10.00 ms" in out and "(operator NonZero)" in out
+    assert all(len(line) <= 80 for line in out.splitlines())
+    assert json.loads((tmp_path / "p.json").read_text())["source"] == "profile"
+    assert "Make it fast on the NPU" in (tmp_path / "h" / "advise.html").read_text()
