@@ -45,7 +45,7 @@ def prof(tmp_path):
     _csv(out / "kernel_details.csv", head, rows)
     events = [
         {"ph": "X", "name": "aten::item", "ts": 100, "dur": 500, "tid": 7, "pid": 1,
-         "args": {"Call stack": "/site-packages/torch/_tensor.py(1): item;/work/proj/train.py(42): <module>"}},
+         "args": {"Call stack": "/site-packages/torch/_tensor.py(1): item;/home/user/proj/train.py(42): <module>"}},
         {"ph": "X", "name": "AscendCL@aclrtSynchronizeStream", "ts": 150, "dur": 300, "tid": 7, "pid": 1},
         {"ph": "X", "name": "AscendCL@aclrtSynchronizeStream", "ts": 5000, "dur": 300, "tid": 7, "pid": 1},
     ]
@@ -63,7 +63,7 @@ def test_measured_findings(prof):
     assert by["ADV201"].evidence["shapes_per_op"] == {"Add": 10}
     assert by["ADV501"].evidence["kernels"] == 2
     sync = by["ADV101"]
-    assert (sync.file, sync.line) == ("/work/proj/train.py", 42) and sync.evidence["per_step"] == 1
+    assert (sync.file, sync.line) == ("/home/user/proj/train.py", 42) and sync.evidence["per_step"] == 1
     assert r.findings[0].rule == "ADV601"  # the heaviest first
     assert profile.find_output(str(prof / "host_123_20260101_ascend_pt")).endswith("ASCEND_PROFILER_OUTPUT")
 
