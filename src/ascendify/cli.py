@@ -18,6 +18,7 @@ from ascendify import __version__
 # verb -> module; order is the order shown in --help
 VERBS: dict[str, str] = {
     "port": "ascendify.commands.port",
+    "advise": "ascendify.commands.advise",
     "demo": "ascendify.commands.demo",
     "doctor": "ascendify.commands.doctor",
     "migrate": "ascendify.commands.migrate",
