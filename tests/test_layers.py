@@ -148,3 +148,37 @@ def test_the_top_level_holds_only_the_cli_and_the_shared_layers():
 
     top = {p.name for p in Path(ascendify.__file__).parent.iterdir() if p.suffix == ".py"}
     assert top <= {"__init__.py", "__main__.py", "cli.py", "pytest_plugin.py", "_emulate_hook.py"}, top
+
+
+# The emulator's layers, from the ground up: a module may import only its own unit (a folder or file directly
+# under ascendify/emulator/) and the units of lower layers. ``device/`` is the base the kernels stand on;
+# ``install`` alone knows device/, ops/ and api/ together.
+EMULATOR_LAYERS = (
+    ("errors", "settings", "reporting"),
+    ("memory",),
+    ("runtime",),
+    ("device",),
+    ("ops", "compile"),
+    ("distributed", "render"),
+    ("fused",),
+    ("api",),
+    ("install",),
+    ("",),  # the package's face, ascendify.emulator itself: enable(), report()
+    ("runner",),
+)
+
+
+def test_emulator_layers_import_only_downwards():
+    graph = _graph()
+    rank = {unit: i for i, layer in enumerate(EMULATOR_LAYERS) for unit in layer}
+    base = "ascendify.emulator"
+
+    def unit(module: str) -> str:
+        return module[len(base) + 1:].split(".")[0] if module != base else ""
+
+    units = {unit(m) for m in graph if m == base or m.startswith(base + ".")}
+    assert units <= set(rank), f"put these in EMULATOR_LAYERS: {sorted(units - set(rank))}"
+    bad = sorted(f"{m} -> {t}" for m, ts in graph.items() if m == base or m.startswith(base + ".")
+                 for t in ts if (t == base or t.startswith(base + ".")) and unit(t) != unit(m)
+                 and rank[unit(t)] >= rank[unit(m)])
+    assert not bad, bad

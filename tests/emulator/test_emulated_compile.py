@@ -4,7 +4,7 @@ CPU's compiled numbers; graph breaks and recompilations are in the summary with 
 import pytest
 import torch
 
-from ascendify.emulator.reporting import summary
+from ascendify.emulator import render
 
 
 def _model():
@@ -118,6 +118,6 @@ def test_recompile_loop_and_graph_breaks_are_reported_with_the_first_cause(fresh
     loop = g["recompile_loop"]
     assert loop is not None and loop["limit"] == 3 and "_in_f_" in loop["function"]
     assert "tag ==" in loop["reason"] and "\n" not in loop["reason"]
-    lines = summary.graph_mode_lines(g)
+    lines = render.graph_mode_lines(g)
     assert lines[0].startswith("recompile loop:") and "first cause" in lines[0]
     assert any(line.startswith("graph breaks:") and "print" in line for line in lines)

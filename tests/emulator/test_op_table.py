@@ -63,7 +63,7 @@ def test_no_op_name_tables_outside_the_table():
 @pytest.mark.parametrize("module", ["ascendify.emulator.ops.table", "ascendify.emulator.distributed.data_parallel",
                                     "ascendify.emulator.api.cuda_hint", "ascendify.emulator.settings",
                                     "ascendify.emulator.distributed.hccl_rules",
-                                    "ascendify.emulator.reporting.ascend_pt", "ascendify.emulator.reporting.summary"])
+                                    "ascendify.emulator.reporting.ascend_pt", "ascendify.emulator.render"])
 def test_doctests(emulator, module):
     import importlib
 

@@ -6,7 +6,7 @@ import io
 import pytest
 import torch
 
-from ascendify.emulator.reporting import summary
+from ascendify.emulator import render
 
 torch_npu = pytest.importorskip("torch_npu")
 
@@ -25,7 +25,7 @@ def test_fused_operators_are_counted_by_name_in_json_and_terminal(fresh_report):
     from rich.console import Console
 
     buf = io.StringIO()
-    summary.render(rep, console=Console(file=buf, width=80, force_terminal=False))
+    render.render(rep, console=Console(file=buf, width=80, force_terminal=False))
     text = buf.getvalue()
     assert "torch_npu fused operators" in text and "3 (2 distinct)" in text
     assert "npu_fusion_attention" in text and max(len(line) for line in text.splitlines()) <= 80

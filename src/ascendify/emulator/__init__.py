@@ -75,7 +75,9 @@ def enable(**overrides) -> None:
         for field in env.as_dict():
             setattr(settings, field, getattr(env, field))
         settings.update(**overrides)
-        _state["direct_kernels"] = backend.install()
+        from ascendify.emulator import install
+
+        _state["direct_kernels"] = install.install()
         _state["installed"] = True
         runtime.enabled = True
         from ascendify.emulator.api import shim
@@ -128,9 +130,9 @@ def explain_exception(exc: BaseException) -> str | None:
 
 def report() -> dict:
     """A summary of the emulated run so far (plain data, JSON-ready)."""
-    from ascendify.emulator.reporting import summary
+    from ascendify.emulator import render
 
-    return summary.build()
+    return render.build()
 
 
 def reset_report() -> None:

@@ -38,10 +38,10 @@ def run_emulated(prog: Program, *, json_path: str | None, quiet: bool,
         if json_path:
             write_atomic(rank_result_path(json_path), json.dumps(rep, indent=2, default=str) + "\n")
         if not quiet and is_rank_zero():
-            from ascendify.emulator.reporting import summary
+            from ascendify.emulator import render
 
             sys.stdout.flush()
-            summary.render(rep)
+            render.render(rep)
     except Exception as e:  # the report must never turn a good run into a failure
         print(f"ascendify emulate: could not write the summary: {e}", file=sys.stderr)
     return code
@@ -54,7 +54,7 @@ def run_workers(prog: Program, *, json_path: str | None, quiet: bool) -> int:
     import glob
     import tempfile
 
-    from ascendify.emulator.reporting import summary
+    from ascendify.emulator import render
 
     if prog.kind == "accelerate":  # accelerate's launcher picks multi-NPU (and the process count) by what it sees
         import ascendify.emulator as emu
@@ -78,14 +78,14 @@ def run_workers(prog: Program, *, json_path: str | None, quiet: bool) -> int:
         print("ascendify emulate: no worker wrote a report (did the launcher start any?)", file=sys.stderr)
         return code
     try:
-        rep = summary.merge(reports)
+        rep = render.merge(reports)
         rep["exit_code"] = code
         rep["program"] = prog.display()
         if json_path:
             write_atomic(json_path, json.dumps(rep, indent=2, default=str) + "\n")
         if not quiet:
             sys.stdout.flush()
-            summary.render(rep)
+            render.render(rep)
     except Exception as e:  # the report must never turn a good run into a failure
         print(f"ascendify emulate: could not write the summary: {e}", file=sys.stderr)
     return code

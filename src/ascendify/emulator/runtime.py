@@ -8,7 +8,7 @@ settings from the environment.
 from __future__ import annotations
 
 from ascendify.core.patching import Patches
-from ascendify.emulator.device.memory import DeviceMemory
+from ascendify.emulator.memory import DeviceMemory
 from ascendify.emulator.reporting.record import Recorder
 from ascendify.emulator.settings import Settings
 

@@ -49,7 +49,7 @@ def _rebuild_npu_tensor(storage, storage_offset, size, stride, requires_grad, ba
     if not getattr(sys.modules.get("torch_npu.utils.serialization"), "RE_MAP_CPU", False):
         tensor = tensor.npu()
         if not isinstance(npu_storage_info, bool):
-            from ascendify.emulator.fused.format import npu_format_cast
+            from ascendify.emulator.fused.layout import npu_format_cast
 
             tensor = npu_format_cast(tensor, int(npu_storage_info))
     return tensor

@@ -1,8 +1,8 @@
-"""Turn PyTorch's PrivateUse1 into the ``npu`` device, once per process.
+"""The base of the emulated device: whether it may run here (:func:`refusal`), and the two steps that make
+PyTorch's PrivateUse1 the ``npu`` device (:func:`register_device`, :func:`hooks_and_guard`).
 
-Order matters: refuse where the emulator must not run; rename PrivateUse1; register ``torch.npu``; generate
-``Tensor.npu()``/``Module.npu()``; register the Python device hooks and guard (``torch._C._acc``, without
-which the first matmul aborts the process); install the kernels; patch the few host-memory paths.
+The whole installation, in its order, is :func:`ascendify.emulator.install.install`: it stands above the
+kernels (``ops/``) and the torch_npu surface (``api/``), which this module never imports.
 """
 
 from __future__ import annotations
@@ -13,11 +13,6 @@ import torch
 
 VERIFIED_TORCH = ("2.13.0",)
 UNVERIFIED_ENV = "ASCENDIFY_EMULATE_UNVERIFIED_TORCH"
-
-_libs: list = []  # keep the torch.library registrations alive
-# True when pinned host memory is real (the C++ hooks, ops/cfast.cpp): pin_memory=True allocates, is_pinned() is
-# True, as on an NPU; without the C++ kernels pinning stays a no-op (device/patches.py)
-pinned_memory = [False]
 
 
 def torch_release() -> str:
@@ -57,7 +52,22 @@ def refusal() -> str | None:
     return None
 
 
-def _hooks_and_guard():
+def register_device(npu_module) -> None:
+    """Rename PrivateUse1 to ``npu``, register ``npu_module`` as ``torch.npu`` (and its submodules as
+    ``torch.npu.X``), and generate ``Tensor.npu()``/``Module.npu()``/``Storage.npu()``."""
+    from ascendify.emulator import runtime
+
+    torch.utils.rename_privateuse1_backend("npu")
+    torch._register_device_module("npu", npu_module)
+    for name, sub in npu_module._SUBMODULE_OBJECTS.items():
+        sys.modules[f"torch.npu.{name}"] = sub
+        runtime.patches.on_restore(lambda key=f"torch.npu.{name}": sys.modules.pop(key, None))
+    torch.utils.generate_methods_for_privateuse1_backend(for_tensor=True, for_module=True, for_storage=True)
+
+
+def hooks_and_guard():
+    """PyTorch's Python device hooks and guard for PrivateUse1 (``torch._C._acc``), not yet registered: without
+    them the first matmul aborts the process."""
     acc = torch._C._acc
 
     from ascendify.emulator import runtime
@@ -79,46 +89,3 @@ def _hooks_and_guard():
             return private_use1
 
     return Hooks(), Guard()
-
-
-def install() -> int:
-    """Register the backend; returns the number of directly registered kernels."""
-    from ascendify.emulator.api import accelerator, cuda_hint, unsupported
-    from ascendify.emulator.api import npu as npu_module
-    from ascendify.emulator.device import autograd_engine, layouts, patches
-    from ascendify.emulator.ops import kernels
-
-    torch.utils.rename_privateuse1_backend("npu")
-    torch._register_device_module("npu", npu_module)
-    from ascendify.emulator import runtime
-
-    for name, sub in npu_module._SUBMODULE_OBJECTS.items():
-        sys.modules[f"torch.npu.{name}"] = sub
-        runtime.patches.on_restore(lambda key=f"torch.npu.{name}": sys.modules.pop(key, None))
-    torch.utils.generate_methods_for_privateuse1_backend(for_tensor=True, for_module=True, for_storage=True)
-    hooks, guard = _hooks_and_guard()
-    _libs.extend((hooks, guard))
-    from ascendify.emulator.ops import cfast
-
-    fast = cfast.module()
-    if fast is not None and hasattr(fast, "register_hooks"):
-        fast.register_hooks(hooks)  # the same answers, plus pinned host memory (Python hooks have no allocator)
-        pinned_memory[0] = True
-    else:
-        torch._C._acc.register_python_privateuseone_hook(hooks)
-    torch._C._acc.register_python_privateuseone_device_guard(guard)
-    fallback_lib = torch.library.Library("_", "IMPL")
-    aten_lib = torch.library.Library("aten", "IMPL")
-    _libs.extend((fallback_lib, aten_lib))
-    cfast.attach()
-    n = kernels.register((fallback_lib, aten_lib))
-    layouts.register(_libs)
-    autograd_engine.install()
-    patches.install(real_pinned_memory=pinned_memory[0])
-    unsupported.install()
-    accelerator.install()
-    cuda_hint.install()
-    from ascendify.emulator.device import hostmem
-
-    hostmem.tune()
-    return n

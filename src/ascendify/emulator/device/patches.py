@@ -6,8 +6,6 @@ pinned copies work and ``is_pinned()`` is True, as on an NPU. Without the C++ ke
 no-op: ``Tensor.pin_memory()`` returns the tensor, ``Tensor.is_pinned()`` answers False (DataLoader's
 ``pin_memory=True`` works unchanged; ``pin_memory=True`` in a factory raises torch's error).
 
-``Tensor.record_stream`` accepts the emulated ``torch.npu.Stream`` (a no-op: work is synchronous).
-
 Printing an ``npu`` tensor runs float64 ops inside torch's formatter; they are not the user's, so fidelity
 events are muted while a tensor is formatted.
 
@@ -58,14 +56,10 @@ def install(real_pinned_memory: bool = False) -> None:
     _patches.set(tensor_str, "_str", _str)
     _patch_storage_new()
     _patch_storage_resize()
-    _patch_record_stream()
     _patch_module_apply()
     from ascendify.emulator.device import rng
 
     rng.install_generator()
-    from ascendify.emulator.api import legacy_types as legacy
-
-    legacy.install(_patches)
     if not real_pinned_memory:
         _patches.set(torch.Tensor, "pin_memory", light_wraps(pin_memory, orig_pin))
         _patches.set(torch.Tensor, "is_pinned", light_wraps(is_pinned, orig_is_pinned))
@@ -128,20 +122,6 @@ def _patch_storage_resize() -> None:
         return self
 
     _patches.set(torch.UntypedStorage, "resize_", light_wraps(resize_, orig))
-
-
-def _patch_record_stream() -> None:
-    """``t.record_stream(s)`` with an emulated ``torch.npu.Stream``: nothing to record (all work is done)."""
-    from ascendify.emulator.api.npu.streams import Stream
-
-    orig = torch.Tensor.record_stream
-
-    def record_stream(self, stream):
-        if isinstance(stream, Stream):
-            return None
-        return orig(self, stream)
-
-    _patches.set(torch.Tensor, "record_stream", light_wraps(record_stream, orig))
 
 
 def _crosses_npu(fn, params) -> bool:

@@ -1,7 +1,7 @@
 """torch_npu's fused operators on the emulated npu device, with the NPU's semantics (plain PyTorch math).
 
-One module per operator family (:mod:`.attention`, ...); :mod:`.formats` holds the storage-format bookkeeping
-(``npu_format_cast``, ``get_npu_format``). :func:`lookup` gives the emulated ``torch_npu.<name>``; the shim
+One module per operator family (:mod:`.attention`, :mod:`.layout`, ...); :mod:`.formats` is no operator but the
+storage-format bookkeeping that ``npu_format_cast`` (in :mod:`.layout`) and ``get_npu_format`` share. :func:`lookup` gives the emulated ``torch_npu.<name>``; the shim
 (:mod:`ascendify.emulator.api.shim`) serves it, and the operators also take plain CPU tensors.
 Signatures, sources and constraints: ``ascendify/data/npu_fused_ops.json``.
 """
@@ -28,9 +28,9 @@ OPS = {
     "npu_dropout_with_add_softmax": "softmax:npu_dropout_with_add_softmax",
     "npu_moe_gating_top_k_softmax": "moe:npu_moe_gating_top_k_softmax",
     "npu_grouped_matmul": "moe:npu_grouped_matmul",
-    "npu_format_cast": "format:npu_format_cast",
-    "npu_format_cast_": "format:npu_format_cast_",
-    "npu_confusion_transpose": "format:npu_confusion_transpose",
+    "npu_format_cast": "layout:npu_format_cast",
+    "npu_format_cast_": "layout:npu_format_cast_",
+    "npu_confusion_transpose": "layout:npu_confusion_transpose",
     "npu_apply_adam_w": "optim:npu_apply_adam_w",
     "npu_apply_adam": "optim:npu_apply_adam",
     # quantisation

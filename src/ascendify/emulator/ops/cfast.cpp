@@ -31,7 +31,7 @@
 namespace {
 
 constexpr int kDevices = 64;
-// Device memory counters, shared with Python (ascendify.emulator.device.memory reads and writes them through
+// Device memory counters, shared with Python (ascendify.emulator.memory reads and writes them through
 // ctypes at these addresses). Static: deleters may run at interpreter exit, after Python objects are gone.
 int64_t g_allocated[kDevices];
 int64_t g_peak[kDevices];

@@ -3,7 +3,7 @@
 The Python kernels (:mod:`.fastpath`, :mod:`.kernels`) cost 6 to 10 µs per op; in a training step, where every
 forward, backward and optimizer op reaches them, that made a small model's step 1.4x the CPU's. ``cfast.cpp``
 does the same work in one boxed C++ kernel per op: CPU aliases of the npu arguments, the CPU kernel, npu results
-over the same memory, device memory counted in C++ counters that :mod:`ascendify.emulator.device.memory` shares.
+over the same memory, device memory counted in C++ counters that :mod:`ascendify.emulator.memory` shares.
 Whatever it does not handle (a CPU tensor mixed in, two devices, a lazy conj/neg view, per-op checks a setting
 asks for) it hands to the op's Python kernel, so errors and reports stay the Python path's.
 

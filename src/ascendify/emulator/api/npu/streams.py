@@ -8,6 +8,7 @@ Both are subclasses of PyTorch's generic ``torch.Stream`` / ``torch.Event`` (as 
 stream and event bases), so ``torch.accelerator.set_stream(torch.npu.Stream())`` and
 ``isinstance(torch.npu.current_stream(), torch.Stream)`` work; :mod:`ascendify.emulator.api.accelerator`
 makes ``torch.Stream`` / ``torch.Event`` and ``torch.accelerator`` use these same classes.
+``Tensor.record_stream`` accepts the emulated stream (:func:`install_record_stream`; a no-op: work is synchronous).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import time
 
 import torch
 
+from ascendify.core.patching import light_wraps
 from ascendify.emulator import runtime
 
 _ids = itertools.count(1)
@@ -184,3 +186,16 @@ class StreamContext:
 
 def stream(stream: Stream | None) -> StreamContext:
     return StreamContext(stream)
+
+
+def install_record_stream(patches) -> None:
+    """``t.record_stream(s)`` with an emulated ``torch.npu.Stream``: nothing to record (all work is done). Installed
+    through ``patches`` (the emulator's undoable registry)."""
+    orig = torch.Tensor.record_stream
+
+    def record_stream(self, stream):
+        if isinstance(stream, Stream):
+            return None
+        return orig(self, stream)
+
+    patches.set(torch.Tensor, "record_stream", light_wraps(record_stream, orig))

@@ -1,5 +1,5 @@
-"""Layout operators: ``npu_format_cast`` / ``npu_format_cast_`` (values unchanged, the storage's ACL format
-recorded in :mod:`.formats`) and ``npu_confusion_transpose`` (a fused reshape + transpose)."""
+"""The layout family of fused operators: ``npu_format_cast`` / ``npu_format_cast_`` (values unchanged, the
+storage's ACL format recorded in :mod:`.formats`) and ``npu_confusion_transpose`` (a fused reshape + transpose)."""
 
 from __future__ import annotations
 
