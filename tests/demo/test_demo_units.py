@@ -167,7 +167,7 @@ def test_migration_items_read_the_totals():
 
 def test_sites_accounted_names_the_unclaimed_sites_and_where_they_are():
     """The parts named add up to the CUDA sites: the unclaimed ones (ASC099) are what kept the share under 1."""
-    from ascendify.migrate.report import NEEDS_A_PERSON
+    from ascendify.migrate.render import NEEDS_A_PERSON
 
     t = {"cuda_sites": 49, "converted": 44, "report_only": 2, "unsupported": 0, "unclaimed": 3,
          "accounted_share": 0.9388, "skipped": 0}

@@ -8,7 +8,7 @@ import re
 from ascendify.core import knowledge
 from ascendify.migrate.engine import Options, migrate_source
 from ascendify.migrate.model import API, FileResult
-from ascendify.migrate.report import api_groups
+from ascendify.migrate.render import api_groups
 from ascendify.migrate.rules.api_support import applicable_limit, gloss
 
 CJK = re.compile(r"[\u3000-\u9fff\uff00-\uffef]")

@@ -21,8 +21,8 @@ import pytest
 
 from ascendify import cli
 from ascendify.core import fileio
-from ascendify.migrate import runner
-from ascendify.migrate.runner import INPLACE_SUFFIX, OUTPUT_MARKER
+from ascendify.migrate import files as migrate_files
+from ascendify.migrate.files import INPLACE_SUFFIX, OUTPUT_MARKER
 
 CUDA = "import torch\nx = torch.zeros(2).cuda()\ntorch.cuda.synchronize()\n"
 
@@ -121,7 +121,7 @@ def test_an_unreadable_file_is_skipped_and_not_said_to_be_copied(tmp_path, monke
             raise PermissionError(errno.EACCES, "Permission denied", bad)
         return real_read(self)
 
-    monkeypatch.setattr(runner, "open", guarded_open, raising=False)
+    monkeypatch.setattr(migrate_files, "open", guarded_open, raising=False)
     monkeypatch.setattr(Path, "read_bytes", read_bytes)
     assert run(src, "-o", out) == 3
     text = capsys.readouterr().out
@@ -181,7 +181,7 @@ def test_a_full_disk_while_copying_a_file_names_it(tmp_path, monkeypatch, capsys
 def test_ctrl_c_during_inplace_changes_nothing(tmp_path, monkeypatch, capsys):
     src = tree(tmp_path)
     before = files(src)
-    real = runner.process
+    real = migrate_files.process
     calls = []
 
     def process(task, step=None):
@@ -190,7 +190,7 @@ def test_ctrl_c_during_inplace_changes_nothing(tmp_path, monkeypatch, capsys):
             raise KeyboardInterrupt
         return real(task, step)
 
-    monkeypatch.setattr(runner, "process", process)
+    monkeypatch.setattr(migrate_files, "process", process)
     assert run(src, "--inplace", "-q", "--jobs", "1") == 130
     assert "interrupted before any file was rewritten: the input is as it was" in capsys.readouterr().err
     assert files(src) == before  # no half-converted tree, no converted copy left beside a file
@@ -200,7 +200,7 @@ def test_ctrl_c_during_inplace_changes_nothing(tmp_path, monkeypatch, capsys):
 def test_inplace_swaps_every_file_in_at_the_end(tmp_path, monkeypatch):
     src = tree(tmp_path)
     swapped_when_done = []
-    real = runner.swap_inplace
+    real = migrate_files.swap_inplace
 
     def swap(results, tasks, done):
         # every file is converted (and waiting beside its input) before the first input is replaced
@@ -208,7 +208,7 @@ def test_inplace_swaps_every_file_in_at_the_end(tmp_path, monkeypatch):
         swapped_when_done.append(len(list(src.rglob(f"*{INPLACE_SUFFIX}"))))
         return real(results, tasks, done)
 
-    monkeypatch.setattr(runner, "swap_inplace", swap)
+    monkeypatch.setattr(migrate_files, "swap_inplace", swap)
     assert run(src, "--inplace", "-q") == 0
     assert swapped_when_done == [True, 7]
     assert all("npu" in p.read_text() for p in src.rglob("*.py")) and not list(src.rglob(f"*{INPLACE_SUFFIX}"))
@@ -249,12 +249,12 @@ def test_a_named_pipe_in_the_input_is_skipped_and_does_not_hang(tmp_path):
 SLOW_RUN = """
 import sys, time
 from ascendify import cli
-from ascendify.migrate import runner
-real = runner.process
+from ascendify.migrate import files
+real = files.process
 def process(task, step=None):
     time.sleep(0.5)  # every file takes a while: the run is still going when it is killed
     return real(task, step)
-runner.process = process
+files.process = process
 sys.exit(cli.main(["migrate", sys.argv[1], "-o", sys.argv[2], "--jobs", "2", "-q"]))
 """
 

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from ascendify import cli
-from ascendify.migrate.runner import OUTPUT_MARKER
+from ascendify.migrate.files import OUTPUT_MARKER
 
 
 def migrate(*argv) -> int:

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from ascendify.migrate import Options, migrate_source, runner
+from ascendify.migrate import Options, files, migrate_source
 
 # statements of real CUDA code, some of whose rewrites hold others (holes), some listed for a person
 BLOCK = """\
@@ -67,10 +67,10 @@ def test_the_work_grows_linearly_with_the_file(target):
 def test_a_large_file_reports_progress_while_it_is_converted(tmp_path, monkeypatch):
     path = tmp_path / "big.py"
     path.write_text(generated(40))
-    monkeypatch.setattr(runner, "BIG_FILE", 1000)  # "large" for this test
+    monkeypatch.setattr(files, "BIG_FILE", 1000)  # "large" for this test
     seen: list[tuple[float, float]] = []
-    task = runner.Task(str(path), "big.py", None, "check", Options())
-    (res, _), = runner.run_tasks([task], 1, lambda done, total: seen.append((done, total)))
+    task = files.Task(str(path), "big.py", None, "check", Options())
+    (res, _), = files.run_tasks([task], 1, lambda done, total: seen.append((done, total)))
     assert res.status == "changed"
     total = path.stat().st_size
     assert all(t == total for _, t in seen) and seen[-1][0] == total
@@ -83,7 +83,7 @@ def test_the_terminal_shows_a_bar_while_a_large_file_is_converted(tmp_path, monk
 
     path = tmp_path / "big.py"
     path.write_text(generated(40))
-    monkeypatch.setattr(runner, "BIG_FILE", 1000)
+    monkeypatch.setattr(files, "BIG_FILE", 1000)
     monkeypatch.setenv("FORCE_COLOR", "1")  # a terminal, for rich
     monkeypatch.setenv("COLUMNS", "80")
     assert cli.main(["migrate", str(path), "-o", str(tmp_path / "o")]) == 0

@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from ascendify.migrate.report import SCHEMA
+from ascendify.migrate.render import SCHEMA
 from ascendify.migrate.rules import rules_markdown_table
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "migrate.md"

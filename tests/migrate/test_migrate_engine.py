@@ -135,7 +135,7 @@ def test_migration_path_does_not_import_torch():
     code = (
         "import sys\n"
         "from ascendify.migrate import migrate_source, Options\n"
-        "from ascendify.migrate import runner, report\n"
+        "from ascendify.migrate import files, render, runner\n"
         "from ascendify.commands import migrate\n"
         "migrate_source('import torch\\nx.cuda()\\n', Options(target='portable'))\n"
         "migrate_source('import torch\\nx.cuda()\\n', Options(target='npu'))\n"

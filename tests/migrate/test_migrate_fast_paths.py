@@ -11,9 +11,9 @@ from pathlib import Path
 
 from ascendify.migrate import Options, migrate_source
 from ascendify.migrate.engine import _still_parses
+from ascendify.migrate.files import FILES_PER_JOB, Task, auto_jobs
 from ascendify.migrate.model import Edit
-from ascendify.migrate.report import report_json
-from ascendify.migrate.runner import FILES_PER_JOB, Task, auto_jobs
+from ascendify.migrate.render import report_json
 from ascendify.migrate.source import SourceFile
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -12,7 +12,7 @@ import pytest
 
 from ascendify import cli
 from ascendify.migrate.model import API, CHANGE, REPORT, FileResult, Finding
-from ascendify.migrate.report import summary_rows
+from ascendify.migrate.render import summary_rows
 
 CUDA_SRC = 'import torch\n\ndef f(x):\n    torch.cuda.synchronize()\n    return x.cuda()\n\nif __name__ == "__main__":\n    f(1)\n'
 
@@ -128,7 +128,7 @@ def test_a_plain_entry_script_gets_the_next_step_with_its_own_device_flag(tmp_pa
 def test_runs_as_program(text, runs):
     import ast
 
-    from ascendify.migrate.report import runs_as_program
+    from ascendify.migrate.render import runs_as_program
     from ascendify.migrate.walk import Index
 
     assert runs_as_program(text) is runs

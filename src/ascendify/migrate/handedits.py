@@ -19,7 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from .model import FileResult
-from .runner import OUTPUT_MARKER, Task
+from .files import OUTPUT_MARKER, Task
 
 BESIDE_SUFFIX = ".migrated"
 KEPT = "kept"

@@ -1,554 +1,330 @@
-"""Walk the inputs, convert every file (in parallel), write the output tree. Torch is never imported.
+"""One ``ascendify migrate`` run, from a checked request to the exit status (the front-end,
+``ascendify/commands/migrate.py``, parses the command line, checks it and calls :func:`migrate`).
 
-A file is *skipped* (reported, copied unchanged, the run goes on) when it is a symlink, larger than the size
-limit, binary, not decodable in its declared encoding, or does not parse. Python files with no CUDA-related
-token are not parsed at all (see :data:`PREFILTER`).
+    plan the files (files.plan)          -> nothing to convert, two inputs onto one output: MigrateError (usage)
+    lock the output and report folders   -> another run holds them, a foreign output: MigrateError (usage)
+    mark the output incomplete, keep hand edits (-o)
+    convert every file (files.run_tasks) -> swap the conversions in (--inplace), mark the output complete (-o);
+                                            Ctrl-C / SIGTERM and a full disk leave the input as it was or the
+                                            output marked incomplete, and say which
+    build and write the report, print the JSON or the diff, the summary and the next steps
+
+Torch is never imported.
 """
 
 from __future__ import annotations
 
-import difflib
-import hashlib
+import contextlib
 import os
-import re
-import shutil
-import stat
+import signal
+import sys
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
-from functools import cache
 from pathlib import Path
 
-from ascendify.core import fileio, knowledge
+from ascendify import report as shared
+from ascendify.core.fileio import OutputLocked, folder_problem, output_lock
 
-from .engine import Options, active_rules, migrate_source
-from .model import FileResult
-from .native import NATIVE_SUFFIXES, scan_native
-from .source import DecodeError
+from . import files, handedits
+from .engine import Options
+from .files import OUTPUT_MARKER
+from .native import NATIVE_SUFFIXES
+from .render import build, next_steps, print_summary, write
 
-SKIP_DIRS = frozenset({".git", ".hg", ".svn", "__pycache__", ".venv", "venv", ".mypy_cache", ".pytest_cache",
-                       ".ruff_cache", "node_modules", ".tox", ".eggs"})
-DEFAULT_MAX_BYTES = 5 * 1024 * 1024
-
-# Tokens that make a Python file worth parsing. CUDA-specific words always; ``torch`` too when a rule that
-# reports torch API limits is active; and the tensor methods that have no NPU kernel.
-_CUDA_TOKENS = (rb"cuda|nccl|cudnn|apex|amp_C|triton|flash_attn|xformers|bitsandbytes|DataParallel|"
-                rb"cpp_extension|float64|double|Double|profiler|DataLoader|optim")
+EXIT_OK, EXIT_CHANGES, EXIT_USAGE, EXIT_SKIPPED, EXIT_IO = 0, 1, 2, 3, 4
 
 
-@cache
-def prefilter(with_torch: bool) -> re.Pattern[bytes]:
-    methods = sorted({api.rsplit(".", 1)[1] for op in knowledge.ops_without_npu_kernel().values()
-                      for api in (op.get("python_api") or []) if api.startswith("torch.Tensor.")})
-    alt = _CUDA_TOKENS + (rb"|torch" if with_torch else b"")
-    # compiled CUDA extensions imported by name (ASC620): a file may name nothing else CUDA
-    alt += b"|" + "|".join(map(re.escape, knowledge.load("cuda_extension_modules")["modules"])).encode()
-    if methods:
-        alt += rb"|\.(?:" + "|".join(map(re.escape, methods)).encode() + rb")\("
-    return re.compile(alt, re.I)
+class MigrateError(Exception):
+    """A run that cannot go on: the message (one line) and the exit status (:data:`EXIT_USAGE` or
+    :data:`EXIT_IO`)."""
 
-
-def worth_parsing(data: bytes, with_torch: bool) -> bool:
-    """``data`` (a Python file) has a token some rule acts on (see :func:`prefilter`); a file that names torch
-    is found without the pattern when torch is one of them."""
-    return with_torch and b"torch" in data or prefilter(with_torch).search(data) is not None
+    def __init__(self, message: str, code: int = EXIT_USAGE) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 @dataclass(frozen=True)
-class Task:
-    src: str  # absolute path
-    rel: str  # path relative to its input root, "/" separated (report key)
-    dst: str | None  # where to write (None: write nothing)
-    mode: str  # "write" | "inplace" | "diff" | "check"
-    options: Options
-    max_bytes: int = DEFAULT_MAX_BYTES
-    problem: str = ""  # why the input cannot be read at all (a folder that cannot be listed): skipped
+class Request:
+    """What to migrate and how: the command line, checked (paths exist, rules known, folders apart)."""
+
+    paths: tuple[Path, ...]
+    output: Path | None = None  # -o OUTDIR
+    inplace: bool = False
+    diff: bool = False
+    check: bool = False
+    target: str = "npu"  # npu | portable
+    report: Path | None = None  # --report DIR (default with -o: OUTDIR_migration_report)
+    jobs: int = 0  # 0: by the tree's size
+    select: tuple[str, ...] = ()  # rule IDs or prefixes, as given
+    ignore: tuple[str, ...] = ()
+    unsafe: bool = False
+    force: bool = False
+    max_size: int = files.DEFAULT_MAX_BYTES
+    json: bool = False  # --format json: the report on stdout
+    quiet: bool = False
+    verbose: bool = False
+
+    @property
+    def mode(self) -> str:
+        """What this run does (report.json's "mode"): --check (with --diff too, as black/ruff: print the diff
+        and exit 1 when something would change), --diff, --inplace, -o (write), else analyse (nothing written)."""
+        if self.check:
+            return "check"
+        if self.diff:
+            return "diff"
+        if self.inplace:
+            return "inplace"
+        return "write" if self.output is not None else "analyse"
+
+    def options(self) -> Options:
+        return Options(target=self.target, unsafe=self.unsafe, select=tuple(s.upper() for s in self.select),
+                       ignore=tuple(s.upper() for s in self.ignore))
 
 
-def iter_files(root: Path, unreadable: list[tuple[Path, str]] | None = None) -> Iterator[Path]:
-    """The files under ``root`` (``root`` itself when it is not a folder), sorted; folders that cannot be listed
-    are added to ``unreadable`` as ``(folder, why)``, never dropped silently."""
-    if not root.is_dir():
-        yield root
-        return
-
-    def failed(e: OSError) -> None:
-        if unreadable is not None:
-            unreadable.append((Path(e.filename), e.strerror or str(e)))
-
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=False, onerror=failed):
-        dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS and not d.endswith(".egg-info"))
-        links = [d for d in dirnames if (Path(dirpath) / d).is_symlink()]
-        dirnames[:] = [d for d in dirnames if d not in links]
-        for f in sorted(filenames + links):
-            if f.endswith(INPLACE_SUFFIX):
-                continue  # an --inplace run's converted copy, not yet swapped in (the run was killed)
-            yield Path(dirpath) / f  # a symlinked folder is reported (and recreated), never followed
+def migrate(req: Request) -> int:
+    """Run ``req``; returns the exit status. Raises :class:`MigrateError` for a run that cannot go on."""
+    mode = req.mode
+    run_mode = "diff" if req.diff else "check" if mode in ("check", "analyse") else mode
+    tasks = files.plan(list(req.paths), req.output, run_mode, req.options(), req.max_size)
+    jobs = req.jobs if req.jobs > 0 else files.auto_jobs(tasks)
+    _check_plan(req, tasks, mode)
+    report_dir = req.report
+    if report_dir is None and mode == "write":
+        report_dir = req.output.parent / f"{req.output.name}_migration_report"
+    with _locked(req, mode, report_dir):
+        return _convert(req, tasks, mode, jobs, report_dir)
 
 
-def plan(paths: list[Path], out: Path | None, mode: str, options: Options, max_bytes: int) -> list[Task]:
-    tasks = []
-    multi = len(paths) > 1
-    for p in paths:
-        base = p if p.is_dir() else p.parent
-        unreadable: list[tuple[Path, str]] = []
-        for f in iter_files(p, unreadable):
-            rel = f.relative_to(base).as_posix()
-            key = f"{p.name}/{rel}" if multi and p.is_dir() else rel
-            dst = None
-            if mode == "write" and out is not None:
-                dst = str(out / key)
-            elif mode == "inplace":
-                dst = str(f)
-            tasks.append(Task(str(f), key, dst, mode, options, max_bytes))
-        for folder, why in unreadable:
-            rel = folder.relative_to(base).as_posix() if folder != base else ""
-            key = (f"{p.name}/{rel}" if multi or not rel else rel).rstrip("/") + "/"
-            tasks.append(Task(str(folder), key, None, mode, options, max_bytes,
-                              problem=f"cannot read this folder: {why}"))
-    return tasks
+def _check_plan(req: Request, tasks: list, mode: str) -> None:
+    """Refuse a plan with nothing to convert, two inputs written to one output file, or an unusable -o folder."""
+    if not any((t.src.endswith((".py", ".pyi")) or Path(t.src).suffix.lower() in (".ipynb", *NATIVE_SUFFIXES))
+               and not t.problem for t in tasks):
+        readable = [t for t in tasks if not t.problem]
+        what = "no file at all" if not readable else shared.plural(len(readable), "file") + ", none of them Python"
+        if len(readable) < len(tasks):
+            what += f" (and {shared.plural(len(tasks) - len(readable), 'folder')} it cannot read: " \
+                    f"{', '.join(t.rel for t in tasks if t.problem)})"
+        raise MigrateError(f"nothing to convert under {', '.join(map(str, req.paths))}: {what}")
+    clash = files.clashes(tasks)
+    if clash:
+        raise MigrateError(f"two inputs would be written to the same output file: {clash[0]} (convert them "
+                           "separately, or pass their common folder)")
+    if mode == "write" and (problem := folder_problem(req.output)):
+        raise MigrateError(f"-o {req.output}: {problem}")
 
 
-def clashes(tasks: list[Task]) -> list[str]:
-    """Output paths that two inputs would both be written to (``a/train.py b/train.py -o out``)."""
-    seen: dict[str, str] = {}
-    out = []
-    for t in tasks:
-        if t.dst is None:
-            continue
-        if t.dst in seen and seen[t.dst] != t.src:
-            out.append(f"{t.src} and {seen[t.dst]} -> {t.dst}")
-        seen.setdefault(t.dst, t.src)
-    return out
+@contextlib.contextmanager
+def _locked(req: Request, mode: str, report_dir: Path | None):
+    """One run at a time into an output (and its report): a second one is refused, never mixed in."""
+    with contextlib.ExitStack() as held:
+        locked: list[Path] = []
+        for d in (req.output if mode == "write" else None, report_dir):
+            if d is None or d.resolve() in locked:  # --report OUTDIR: one folder, one lock
+                continue
+            locked.append(d.resolve())
+            try:
+                held.enter_context(output_lock(d, "ascendify migrate"))
+            except OutputLocked as e:
+                raise MigrateError(str(e)) from None
+            except OSError as e:
+                raise MigrateError(f"{d}: cannot write here ({e.strerror or e})") from None
+            if d is req.output and not req.force:  # checked with the lock held (before the report folder)
+                foreign = files.foreign_output(req.output)
+                if foreign:
+                    raise MigrateError(f"the output folder {req.output} is not empty and was not written by "
+                                       f"ascendify migrate (it holds {foreign}; no {OUTPUT_MARKER} marker): "
+                                       "choose a new folder, or pass --force")
+        yield
 
 
-# Written into every output folder: a later run recognises its own earlier output and may overwrite it;
-# any other non-empty folder is refused without --force.
-OUTPUT_MARKER = ".ascendify-migrate.json"
+def _io_error(msg: str) -> MigrateError:
+    return MigrateError(msg, EXIT_IO)
 
 
-def foreign_output(out: Path) -> str:
-    """'' when ``out`` may be written (missing, empty, or an earlier ascendify migrate output); else what it holds."""
-    if not out.exists() and not out.is_symlink():
-        return ""
-    if not out.is_dir():
-        return "a file, not a folder"
-    from ascendify.core.fileio import LOCK_NAME
-
-    entries = sorted(p.name for p in out.iterdir() if p.name != LOCK_NAME)  # the lock of this very run
-    if not entries or OUTPUT_MARKER in entries:
-        return ""
-    report = out.parent / f"{out.name}_migration_report" / "report.json"  # output of a version without the marker
-    try:
-        import json
-
-        if Path(json.loads(report.read_text(encoding="utf-8")).get("output") or "").resolve() == out.resolve():
-            return ""
-    except (OSError, ValueError, AttributeError):
-        pass
-    shown = ", ".join(entries[:3]) + (", ..." if len(entries) > 3 else "")
-    return f"{len(entries)} {'entry' if len(entries) == 1 else 'entries'}: {shown}"
-
-
-def write_marker(out: Path, *, target: str, inputs: list[str], files: dict | None = None,
-                 complete: bool = True) -> None:
-    """``files``: what was written, ``{path in out: {"out": sha256, "src": sha256}}`` (see ``handedits``).
-
-    ``complete=False`` is written before a run writes anything: an output that a run left half-written (Ctrl-C,
-    a full disk, a kill) says so, and the next run into it recognises it as its own and completes it."""
-    import json
-
-    from ascendify import __version__
-
-    marker = {"tool": f"ascendify {__version__}", "what": "ascendify migrate output", "complete": complete,
-              "target": target, "inputs": inputs, "files": files or {}}
-    fileio.write_atomic(out / OUTPUT_MARKER, json.dumps(marker, indent=2, ensure_ascii=False) + "\n", durable=False)
-
-
-def marker_incomplete(out: Path) -> bool:
-    """The output's marker says a run was writing it and did not finish."""
-    import json
-
-    try:
-        return json.loads((out / OUTPUT_MARKER).read_text(encoding="utf-8")).get("complete") is False
-    except (OSError, ValueError, AttributeError):
-        return False
-
-
-class Unreadable(Exception):
-    """The input file cannot be read (its copy cannot be made): the file is skipped, not the run."""
-
-
-class WriteError(OSError):
-    """An output file cannot be written; the message names it (``OSError`` from a file object names none)."""
-
-
-def _write_error(e: OSError, path: str) -> WriteError:
-    return WriteError(e.errno, e.strerror or str(e), path)
-
-
-_MADE: set[Path] = set()  # output folders this process made or saw (one mkdir per folder, not per file)
-
-
-def _folder(path: Path) -> None:
-    if path not in _MADE:
-        path.mkdir(parents=True, exist_ok=True)
-        _MADE.add(path)
-
-
-INPLACE_SUFFIX = ".ascendify-inplace.tmp"
-
-
-def inplace_temp(path: str) -> str:
-    """Where ``--inplace`` writes a file's converted content until every file is converted (then all are
-    swapped in at once: an interrupted run leaves the input as it was)."""
-    head, name = os.path.split(path)
-    return os.path.join(head, f".{name}{INPLACE_SUFFIX}")
-
-
-_CHUNK = 1 << 20
-
-
-def _chunks(fin, data: bytes | None) -> Iterator[bytes]:
-    if fin is None:
-        yield data or b""
-        return
-    while True:
-        try:
-            chunk = fin.read(_CHUNK)
-        except OSError as e:
-            raise Unreadable(e.strerror or str(e)) from None
-        if not chunk:
-            return
-        yield chunk
-
-
-def _copy(task: Task, res: FileResult, data: bytes | None = None) -> None:
-    """Copy the input to the output (``-o`` only): through a temporary file and a rename, with the permission
-    bits and times; the SHA-256 of what was copied goes into ``res`` (for the output's marker). ``data``: the
-    file's bytes when already read. Raises :class:`Unreadable` when the input cannot be read, else
-    :class:`WriteError`."""
-    if task.mode != "write" or task.dst is None:
-        return
-    src, dst = Path(task.src), Path(task.dst)
-    try:
-        _folder(dst.parent)
-        if src.is_symlink():
-            if dst.is_symlink() or dst.exists():
-                dst.unlink()
-            os.symlink(os.readlink(src), dst)
-            return
-    except OSError as e:
-        raise _write_error(e, str(dst)) from None
-    try:
-        fin = open(src, "rb") if data is None else None  # noqa: SIM115 - closed below
-    except OSError as e:
-        raise Unreadable(e.strerror or str(e)) from None
-    digest = hashlib.sha256()
-    tmp = dst.with_name(f".{dst.name}.copy.tmp")
-    try:
-        with open(tmp, "wb") as fout:
-            for chunk in _chunks(fin, data):
-                digest.update(chunk)
-                fout.write(chunk)
-        shutil.copystat(src, tmp)
-        os.replace(tmp, dst)
-    except BaseException as e:
-        tmp.unlink(missing_ok=True)
-        if isinstance(e, OSError) and not isinstance(e, WriteError):
-            raise _write_error(e, str(dst)) from None
-        raise
-    finally:
-        if fin is not None:
-            fin.close()
-    res.src_sha = res.out_sha = digest.hexdigest()
-
-
-def diff_name(src: str) -> str:
-    """The file's name in ``--diff`` headers (after ``a/``, ``b/``): its path from the folder the command ran in,
-    so ``git apply`` / ``patch -p1`` apply the diff from there. A file outside that folder is named by its
-    absolute path without the leading ``/`` (``patch -p1 -d /``)."""
-    rel = os.path.relpath(os.path.abspath(src))
-    if rel == ".." or rel.startswith(".." + os.sep):
-        rel = os.path.abspath(src).lstrip(os.sep)
-    return Path(rel).as_posix()
-
-
-NOT_COPIED = "not in the output"
-
-
-def process(task: Task, step=None) -> tuple[FileResult, str | None]:
-    """Convert one file; returns its result and, in diff mode, its unified diff. ``step(fraction)`` is told how
-    far the conversion of a Python file is."""
+def _convert(req: Request, tasks: list, mode: str, jobs: int, report_dir: Path | None) -> int:
+    """Convert ``tasks`` (the output and report folders are locked), write the output, the report, the summary."""
+    inputs = [str(p) for p in req.paths]
+    # the summary goes to stdout, unless stdout carries the diff or the JSON
+    console = shared.console(stderr=req.diff or req.json)
+    planned, kept = tasks, {}
+    if mode == "write":
+        tasks, kept = _prepare_output(req, tasks, inputs, console)
     t0 = time.perf_counter()
-    try:
-        res, diff = _process(task, FileResult(path=task.rel, status="copied"), step)
-    except Unreadable as e:
-        res, diff = FileResult(path=task.rel, status="skipped"), None
-        res.reason = f"cannot read: {e}" + (f" ({NOT_COPIED})" if task.mode == "write" else "")
-    res.seconds = time.perf_counter() - t0
-    return res, diff
+    pairs = _run(req, tasks, mode, jobs, planned, kept, inputs, console)
+    results = [r for r, _ in pairs]
+    report = build(results, target=req.target, seconds=time.perf_counter() - t0, inputs=inputs,
+                   output=str(req.output) if req.output else None,
+                   options={"mode": mode, "unsafe": req.unsafe, "select": list(req.select),
+                            "ignore": list(req.ignore), "jobs": jobs})
+    if report_dir is not None:
+        try:
+            write(report, results, report_dir)
+        except OSError as e:
+            raise _io_error(f"cannot write the report {e.filename or report_dir}: {e.strerror or e}") from None
+    _show(req, report, pairs, mode, report_dir, console)
+    t = report["totals"]
+    if req.check and t["changed"]:
+        return EXIT_CHANGES
+    if t["skipped"]:
+        return EXIT_SKIPPED
+    return EXIT_OK
 
 
-def _skip(task: Task, res: FileResult, reason: str, data: bytes | None = None) -> tuple[FileResult, None]:
-    res.status, res.reason = "skipped", reason
-    _copy(task, res, data)
-    res.copied = task.mode == "write" and task.dst is not None
-    return res, None
-
-
-def _process(task: Task, res: FileResult, step=None) -> tuple[FileResult, str | None]:
-    path = Path(task.src)
-    is_py = path.suffix in (".py", ".pyi")
-    if task.problem:
-        res.status, res.reason = "skipped", task.problem + (f" ({NOT_COPIED})" if task.mode == "write" else "")
-        return res, None
-    if path.is_symlink():
-        return _skip(task, res, f"symlink (not followed) -> {os.readlink(path)}")
-    try:
-        st = path.stat()
-    except OSError:
-        res.status, res.reason = "skipped", "vanished during the run"
-        return res, None
-    if not stat.S_ISREG(st.st_mode):  # a named pipe or a device: reading it could wait forever
-        kind = "a named pipe" if stat.S_ISFIFO(st.st_mode) else "a socket" if stat.S_ISSOCK(st.st_mode) else \
-            "a device" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) else "not a regular file"
-        res.status, res.reason = "skipped", f"{kind}, not a regular file" + (
-            f" ({NOT_COPIED})" if task.mode == "write" else "")
-        return res, None
-    size = st.st_size
-    notebook = path.suffix.lower() == ".ipynb"
-    if not is_py and not notebook and path.suffix.lower() not in NATIVE_SUFFIXES:
-        _copy(task, res)
-        res.copied = task.mode == "write"
-        return res, None
-    if size > task.max_bytes:
-        return _skip(task, res, f"too large ({size} bytes > {task.max_bytes})")
-    try:
-        data = path.read_bytes()
+def _prepare_output(req: Request, tasks: list, inputs: list[str], console) -> tuple[list, dict]:
+    """-o: say that an interrupted run is completed, keep hand edits (unless --force), and mark the output
+    incomplete before anything is written. Returns the tasks left to run and the kept files."""
+    out = req.output
+    kept: dict = {}
+    planned = tasks
+    if files.marker_incomplete(out):
+        console.print(f"{out} was left incomplete by an interrupted run: this run completes it",
+                      highlight=False, soft_wrap=True)
+    if not req.force:  # hand edits in an earlier output are kept, never overwritten
+        tasks, kept = handedits.plan_keeps(out, tasks)
+    else:
+        handedits.drop_stale_beside(tasks)
+    try:  # before anything is written: an output this run leaves half-written says so
+        files.write_marker(out, target=req.target, inputs=inputs, complete=False,
+                           files=handedits.untouched(out, planned, kept))
     except OSError as e:
-        raise Unreadable(e.strerror or str(e)) from None
-    if b"\0" in data[:8192]:
-        return _skip(task, res, "binary file (NUL bytes)", data)
-    if not is_py and not notebook:
-        text = data.decode("utf-8", errors="replace")
-        res.native_ops = scan_native(text)
-        res.lines = text.count("\n")
-        _copy(task, res, data)
-        res.copied = task.mode == "write"
-        return res, None
-    with_torch = any(r.category == "api" for r in active_rules(task.options))
-    if notebook:
-        from .notebook import NotebookError, migrate_notebook
-
-        if not worth_parsing(data, with_torch):
-            res.status = "unchanged"
-            _copy(task, res, data)
-            return res, None
-        try:
-            new, res2 = migrate_notebook(data, task.options, path=task.rel)
-        except NotebookError as e:
-            return _skip(task, res, f"not a notebook this can read: {e}", data)
-        except (SyntaxError, RecursionError, MemoryError, ValueError) as e:
-            return _skip(task, res, f"cannot analyse: {type(e).__name__}: {e}", data)
-    else:
-        res.lines = data.count(b"\n") + (0 if data.endswith(b"\n") or not data else 1)
-        if not worth_parsing(data, with_torch):
-            res.status = "unchanged"
-            if b"__main__" in data and b"__name__" in data:
-                res.program = True  # else left to the summary's next step to find out, if it needs to
-            _copy(task, res, data)
-            return res, None
-        try:
-            new, res2 = migrate_source(data, task.options, path=task.rel, progress=step)
-        except DecodeError as e:
-            return _skip(task, res, f"cannot decode: {e} (declare the encoding with a PEP 263 comment)", data)
-        except SyntaxError as e:
-            return _skip(task, res, f"does not parse: {e.msg} (line {e.lineno})", data)
-        except (RecursionError, MemoryError, ValueError) as e:
-            return _skip(task, res, f"cannot analyse: {type(e).__name__}: {e}", data)
-    res2.copied = res.copied
-    res = res2
-    diff = None
-    if res.status == "changed":
-        if task.mode == "write" and task.dst:
-            # the output keeps the input's permission bits (an executable script stays executable)
-            # no fsync per file into an output tree (-o): the rename keeps every file whole, and a tree a
-            # power loss interrupts is written again by the same command
-            try:
-                fileio.write_atomic(task.dst, new, mode=st.st_mode & 0o7777, durable=False)
-            except OSError as e:
-                raise _write_error(e, task.dst) from None
-            res.src_sha, res.out_sha = hashlib.sha256(data).hexdigest(), hashlib.sha256(new).hexdigest()
-        elif task.mode == "inplace" and task.dst:
-            # --inplace rewrites the user's only copy: the converted content waits beside the file (durable)
-            # until every file is converted, then all are swapped in at once (see swap_inplace)
-            tmp = inplace_temp(task.dst)
-            try:
-                fileio.write_atomic(tmp, new, mode=st.st_mode & 0o7777, durable=True)
-            except OSError as e:
-                raise _write_error(e, task.dst) from None
-            res.pending = tmp
-        elif task.mode == "diff":
-            a = data.decode(_enc(data), errors="replace").splitlines(keepends=True)
-            b = new.decode(_enc(data), errors="replace").splitlines(keepends=True)
-            name = diff_name(task.src)
-            diff = "".join(difflib.unified_diff(a, b, f"a/{name}", f"b/{name}"))
-    else:
-        _copy(task, res, data)
-    return res, diff
+        raise _io_error(f"cannot write {e.filename or out}: {e.strerror or e}") from None
+    return tasks, kept
 
 
-def swap_inplace(results: list[FileResult], tasks: list[Task], done: list[str]) -> None:
-    """Move every converted file of an ``--inplace`` run over its input, with Ctrl-C and SIGTERM held back
-    until the last one (a rename each: a moment); ``done`` gets each input rewritten (on an error, the others
-    stay as they were)."""
-    import signal
+class _Terminated(SystemExit):
+    """SIGTERM during the conversion: the workers are stopped and the output marked, then the exit (143)."""
 
-    held = {getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name)}
-    mask = getattr(signal, "pthread_sigmask", None)  # POSIX; elsewhere the renames are not shielded
-    old = mask(signal.SIG_BLOCK, held) if mask else None
+
+def _run(req: Request, tasks: list, mode: str, jobs: int, planned: list, kept: dict, inputs: list[str],
+         console) -> list:
+    """Convert every file, swap the conversions in (--inplace) or mark the output complete (-o); returns
+    (result, diff) pairs. Ctrl-C and SIGTERM leave the input as it was or the output marked incomplete, and a
+    write error says what was written."""
+    out = req.output
+    progress = _progress_bar(console, tasks, req.quiet)
+    rewritten: list[str] = []  # --inplace: the inputs already replaced by their conversion
+
+    def terminated(signum, frame):  # SIGTERM (`timeout`, a job scheduler) ends the run as Ctrl-C does
+        raise _Terminated(128 + signum)
+
     try:
-        for r, t in zip(results, tasks, strict=True):
-            if r.pending:
-                try:
-                    os.replace(r.pending, t.src)
-                except OSError as e:
-                    raise _write_error(e, t.src) from None
-                r.pending = ""
-                done.append(t.src)
+        previous = signal.signal(signal.SIGTERM, terminated)
+    except ValueError:  # not the main thread: SIGTERM keeps its action
+        previous = None
+    try:
+        pairs = files.run_tasks(tasks, jobs, progress)
+        results = [r for r, _ in pairs]
+        if mode == "inplace":
+            files.swap_inplace(results, tasks, rewritten)
+        if mode == "write":
+            handedits.mark_kept(results, kept)
+            files.write_marker(out, target=req.target, inputs=inputs,
+                               files=handedits.records(out, planned, kept, results))
+    except (KeyboardInterrupt, _Terminated):
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+        if progress is not None:
+            progress.stop()
+        _say_interrupted(mode, tasks, rewritten, out)
+        raise
+    except OSError as e:
+        if progress is not None:
+            progress.stop()
+        raise _io_error(_write_failed(e, mode, tasks, rewritten, out)) from None
     finally:
-        discard_inplace(tasks)
-        if mask:
-            mask(signal.SIG_SETMASK, old)
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+        if progress is not None:
+            progress.stop()
+    return pairs
 
 
-def discard_inplace(tasks: list[Task]) -> None:
-    """Remove the converted copies an ``--inplace`` run left beside its inputs (it was stopped before the
-    swap, or a swap failed)."""
-    for t in tasks:
-        if t.mode == "inplace" and t.src.endswith((".py", ".pyi", ".ipynb")):
-            try:
-                os.unlink(inplace_temp(t.src))
-            except OSError:
-                pass
+def _say_interrupted(mode: str, tasks: list, rewritten: list[str], out: Path | None) -> None:
+    if mode == "inplace" and not rewritten:
+        files.discard_inplace(tasks)
+        print("ascendify migrate: interrupted before any file was rewritten: the input is as it was",
+              file=sys.stderr)
+    elif mode == "inplace":
+        print(f"ascendify migrate: interrupted after the conversion was swapped in: "
+              f"{shared.plural(len(rewritten), 'file')} rewritten", file=sys.stderr)
+    elif mode == "write":
+        print(f"ascendify migrate: interrupted: {out} is incomplete (its marker says so); run the same "
+              "command again to complete it", file=sys.stderr)
 
 
-def _enc(data: bytes) -> str:
-    import io
-    import tokenize
+def _write_failed(e: OSError, mode: str, tasks: list, rewritten: list[str], out: Path | None) -> str:
+    """The message for a write that failed during the conversion (--inplace: the inputs are put back first)."""
+    where = f"cannot write {e.filename}" if e.filename else "cannot write"
+    msg = f"{where}: {e.strerror or e}"
+    if mode == "write":
+        msg += f"; {out} is incomplete (its marker says so): run the same command again once it can be written"
+    elif mode == "inplace":
+        files.discard_inplace(tasks)
+        msg += ("; no input file was rewritten" if not rewritten else
+                f"; {shared.plural(len(rewritten), 'file')} had been rewritten already: " + ", ".join(rewritten))
+    return msg
 
+
+def _show(req: Request, report: dict, pairs: list, mode: str, report_dir: Path | None, console) -> None:
+    """The JSON or the diff on stdout; the summary, the skipped and kept files and the next steps after them."""
+    results = [r for r, _ in pairs]
+    if req.json:
+        if req.diff:  # the diffs go inside the JSON, so stdout stays one JSON document
+            for entry, (_, d) in zip(report["files"], pairs, strict=True):
+                entry["diff"] = d or ""
+        sys.stdout.write(shared.dumps_json(report))
+        sys.stdout.flush()
+    elif req.diff:
+        for _, d in pairs:
+            if d:
+                sys.stdout.write(d)
+    if req.quiet:
+        return
+    print_summary(report, results, console, verbose=req.verbose)  # on stderr after the JSON or the diff
+    for r in results:
+        if r.status == "skipped":
+            copied = " (copied unchanged)" if r.copied else ""
+            console.print(f"[yellow]skipped[/] {r.path}: {r.reason}{copied}", highlight=False)
+        elif r.status == "kept":
+            console.print(f"[cyan]kept[/] {r.path}: {r.reason}", highlight=False)
+    for line in next_steps(report, results, mode=mode, output=req.output, inputs=list(req.paths),
+                           report_dir=report_dir):
+        console.print(line, highlight=False, soft_wrap=True)  # commands and paths stay copy-pasteable
+
+
+class _Bar:
+    """The terminal's progress bar, started at the first news (after the worker processes are started: no
+    thread of its own runs while they are forked)."""
+
+    def __init__(self, console, what: str):
+        self.console, self.what, self.bar, self.task = console, what, None, None
+
+    def __call__(self, done: float, total: float) -> None:
+        if self.bar is None:
+            from rich.progress import Progress
+
+            self.bar = Progress(console=self.console, transient=True)
+            self.task = self.bar.add_task(f"migrating {self.what}", total=total)
+            self.bar.start()
+        self.bar.update(self.task, completed=done)
+
+    def stop(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+            self.bar = None
+
+
+def _progress_bar(console, tasks: list, quiet: bool) -> _Bar | None:
+    """A progress bar on a terminal, for a tree of more than 20 files or a large file (a second or more)."""
+    if quiet or not console.is_terminal:
+        return None
+    if len(tasks) <= 20 and not any(_bytes(t.src) > files.BIG_FILE for t in tasks):
+        return None
+    return _Bar(console, Path(tasks[0].rel).name if len(tasks) == 1 else shared.plural(len(tasks), "file"))
+
+
+def _bytes(path: str) -> int:
     try:
-        return tokenize.detect_encoding(io.BytesIO(data).readline)[0]
-    except SyntaxError:
-        return "utf-8"
-
-
-# Python files per process below which another process costs more (its start, the results sent back) than it
-# saves: a process converts ~30-100 files a second
-FILES_PER_JOB = 24
-
-
-def auto_jobs(tasks: list[Task]) -> int:
-    """``--jobs 0``: one process per CPU, fewer for a small tree (one for a handful of files)."""
-    n = sum(1 for t in tasks if t.src.endswith((".py", ".pyi")))
-    return max(1, min(os.cpu_count() or 1, n // FILES_PER_JOB))
-
-
-def _size(task: Task) -> int:
-    try:
-        return os.lstat(task.src).st_size if not task.problem else 0
+        return os.lstat(path).st_size
     except OSError:
         return 0
-
-
-def run_tasks(tasks: list[Task], jobs: int, progress=None) -> list[tuple[FileResult, str | None]]:
-    """Run ``tasks``; results keep the task order. ``progress(done, total)`` is called as the work advances, in
-    bytes of input (within a file, too, when one process converts a large one).
-
-    With ``jobs > 1`` the files go to a pool of worker processes, largest first (a large file last would keep
-    one worker busy while the others wait). The workers die with this process, however it ends (see
-    :func:`_worker_start`); an error or Ctrl-C here stops them at once."""
-    _MADE.clear()  # folders can go between runs in one process
-    sizes = [_size(t) for t in tasks]
-    total = sum(sizes) or 1
-    if jobs <= 1 or len(tasks) < 4:
-        out = []
-        done = 0
-        for t, size in zip(tasks, sizes, strict=True):
-            step = None
-            if progress is not None and size > BIG_FILE:
-                def step(frac: float, done=done, size=size) -> None:
-                    progress(done + frac * size, total)
-            out.append(process(t, step))
-            done += size
-            if progress:
-                progress(done, total)
-        return out
-    import multiprocessing
-
-    results: list = [None] * len(tasks)
-    ctx = multiprocessing.get_context("fork") if "fork" in multiprocessing.get_all_start_methods() else None
-    pool = (ctx or multiprocessing).Pool(jobs, initializer=_worker_start, initargs=(os.getpid(),))
-    try:
-        done = 0
-        for unit in pool.imap_unordered(_process_unit, _units(tasks, sizes, jobs), chunksize=1):
-            for i, r in unit:
-                results[i] = r
-                done += sizes[i]
-            if progress:
-                progress(done, total)
-        pool.close()
-    except BaseException:
-        pool.terminate()  # workers stop now, not after the files still queued
-        raise
-    finally:
-        pool.join()
-    return results
-
-
-UNITS_PER_JOB = 8  # pieces of work per process: enough to even out the end, few enough to cost little to send
-
-
-def _units(tasks: list[Task], sizes: list[int], jobs: int) -> list[list[tuple[int, Task]]]:
-    """The tasks in pieces of work for the pool, largest first (a large file last would keep one process busy
-    while the others wait): a file of a piece's share or more alone, the smaller ones together (sending a
-    piece to a process and its results back costs about as much as converting a small file)."""
-    share = max(1, sum(sizes) // (jobs * UNITS_PER_JOB))
-    units: list[list[tuple[int, Task]]] = []
-    unit: list[tuple[int, Task]] = []
-    filled = 0
-    for i in sorted(range(len(tasks)), key=lambda i: -sizes[i]):
-        unit.append((i, tasks[i]))
-        filled += sizes[i]
-        if filled >= share:
-            units.append(unit)
-            unit, filled = [], 0
-    if unit:
-        units.append(unit)
-    return units
-
-
-def _process_unit(unit: list[tuple[int, Task]]) -> list[tuple[int, tuple[FileResult, str | None]]]:
-    return [(i, process(t)) for i, t in unit]
-
-
-BIG_FILE = 256 << 10  # a file this large (a second of work or more) reports progress while it is converted
-
-
-def _worker_start(parent: int) -> None:
-    """A worker's start: it dies when the process that started it ends, however that ends (SIGKILL included:
-    Linux's ``PR_SET_PDEATHSIG``), so no worker is left waiting on a pipe nobody reads; Ctrl-C is the parent's
-    to handle (it stops the workers); SIGTERM ends a worker through its clean-ups (no temporary file left)."""
-    import signal
-
-    from ascendify.program.children import die_with_parent
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, _exit_on_signal)
-    if not die_with_parent(parent):  # the parent ended before that took effect
-        os._exit(1)
-
-
-def _exit_on_signal(signum: int, frame) -> None:
-    raise SystemExit(128 + signum)
