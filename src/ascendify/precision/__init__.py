@@ -23,6 +23,7 @@ _LAZY: dict[str, str] = {
     "DumpTooLarge": "ascendify.precision.dumper",
     "step": "ascendify.precision.dumper",
     "compare_models": "ascendify.precision.lockstep",
+    "LockstepSettings": "ascendify.precision.lockstep",
     "compare_dumps": "ascendify.precision.dumpcompare",
     "compare_curves": "ascendify.precision.curves",
 }

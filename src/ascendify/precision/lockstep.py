@@ -1,7 +1,7 @@
 """Lockstep comparison: run the golden and the target model in one process with the same weights, and measure
 each target call's *own* error by feeding it the golden inputs.
 
-``compare_models(golden, target, *inputs, ...)`` does, in order:
+``compare_models(golden, target, *inputs, **settings)`` (the settings: :class:`LockstepSettings`) does, in order:
 
 1. **weights**: copy the golden weights into the target (by ``state_dict`` name; when names differ, a renamed
    or wrapped class, by parameter order and shape);
@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import os
 import sys
 import time
@@ -339,9 +340,6 @@ class _ApiMode(torch.overrides.TorchFunctionMode):
         return out
 
 
-_copy_weights = copy_weights  # the keyword of compare_models shadows the function inside it
-
-
 def _reduction_length(module) -> int | None:
     """Longest dot product inside a module: the largest fan-in of any weight of two or more dimensions."""
     k = 0
@@ -448,33 +446,16 @@ def _module_at(model: torch.nn.Module, path: str):
         return None
 
 
-def compare_models(
-    golden: torch.nn.Module,
-    target: torch.nn.Module,
-    *inputs,
-    golden_device: str | torch.device = "cpu",
-    golden_dtype: torch.dtype = torch.float32,
-    target_device: str | torch.device | None = None,
-    target_dtype: torch.dtype | None = None,
-    target_autocast: torch.dtype | None = None,
-    level: str = "module",
-    kwargs: dict | None = None,
-    copy_weights: bool | None = None,
-    code_check: bool = True,
-    eval_mode: bool = True,
-    tolerance: float = 1.0,
-    backward: bool = False,
-    loss_fn=None,
-    copy_golden_weights: bool | None = None,
-) -> ComparisonResult:
-    """Compare ``target`` against ``golden`` call by call on ``inputs`` (see the module docstring).
+@dataclass(frozen=True)
+class LockstepSettings:
+    """How :func:`compare_models` runs the two models (every field is also a keyword of ``compare_models``).
 
     ``target_device`` defaults to ``golden_device``; ``target_dtype`` casts the target's floating parameters and
     inputs (default: as golden); ``target_autocast`` (``torch.bfloat16``/``torch.float16``) runs the target
     under ``torch.autocast(target device type, dtype)``; ``level`` is ``"module"`` (module calls) or ``"mix"``
-    (module calls and the torch API calls inside them). ``tolerance`` multiplies every limit. The models are
-    moved to their devices and put in eval mode (their training flags are restored); ``golden`` and ``target``
-    may be the same object (the target is then a copy). Returns a ``ComparisonResult``.
+    (module calls and the torch API calls inside them); ``kwargs`` are keyword inputs of both models.
+    ``tolerance`` multiplies every limit. ``code_check``: also run the target's code in the golden setting.
+    ``eval_mode``: both models run in eval mode (their training flags are restored).
 
     Weights are compared first (``weights.compare_weights``): a differing parameter or buffer is a finding and
     the target keeps its own; ``copy_weights=True`` copies the golden's into the target, ``False`` never copies,
@@ -483,230 +464,318 @@ def compare_models(
 
     ``backward=True`` also runs one backward on both sides and compares gradients module call by module call
     (``gradients``); ``loss_fn(outputs)`` must return a scalar tensor (default: the mean of the squared float
-    outputs), or give a pair ``(golden loss, target loss)``."""
-    if level not in LEVELS:
-        raise ValueError(f"level must be one of {', '.join(LEVELS)}, not {level!r}")
-    if copy_golden_weights is not None:
+    outputs), or give a pair ``(golden loss, target loss)``.
+    """
+
+    golden_device: str | torch.device = "cpu"
+    golden_dtype: torch.dtype = torch.float32
+    target_device: str | torch.device | None = None
+    target_dtype: torch.dtype | None = None
+    target_autocast: torch.dtype | None = None
+    level: str = "module"
+    kwargs: dict | None = None
+    copy_weights: bool | None = None
+    code_check: bool = True
+    eval_mode: bool = True
+    tolerance: float = 1.0
+    backward: bool = False
+    loss_fn: Any = None
+    copy_golden_weights: bool | None = None
+
+    @property
+    def device(self) -> str | torch.device:
+        """The target's device."""
+        return self.target_device if self.target_device is not None else self.golden_device
+
+    def autocast(self):
+        """The context the target runs in: its autocast, or nothing."""
+        if self.target_autocast is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=_device_type(self.device), dtype=self.target_autocast)
+
+
+def compare_models(golden: torch.nn.Module, target: torch.nn.Module, *inputs,
+                   settings: LockstepSettings | None = None, **options) -> ComparisonResult:
+    """Compare ``target`` against ``golden`` call by call on ``inputs`` (see the module docstring); ``settings``
+    and the keyword ``options`` (fields of :class:`LockstepSettings`, over ``settings``) say how. The models
+    are moved to their devices; ``golden`` and ``target`` may be the same object (the target is then a copy).
+    Returns a ``ComparisonResult``."""
+    s = dataclasses.replace(settings or LockstepSettings(), **options)
+    if s.level not in LEVELS:
+        raise ValueError(f"level must be one of {', '.join(LEVELS)}, not {s.level!r}")
+    if s.copy_golden_weights is not None:
         import warnings
 
         warnings.warn("compare_models(copy_golden_weights=...) is deprecated: use copy_weights=", DeprecationWarning,
                       stacklevel=2)
-        if copy_weights is None:
-            copy_weights = copy_golden_weights
-    if backward:
+        if s.copy_weights is None:
+            s = dataclasses.replace(s, copy_weights=s.copy_golden_weights)
+    loss_fns = None
+    if s.backward:
         from ascendify.precision import gradients
 
-        g_loss_fn, t_loss_fn = gradients.loss_fns(loss_fn)
-    kwargs = kwargs or {}
-    target_device = target_device if target_device is not None else golden_device
+        loss_fns = gradients.loss_fns(s.loss_fn)
     if target is golden:
         target = copy.deepcopy(golden)
     modes = (golden.training, target.training)
     try:
-        if eval_mode:
+        if s.eval_mode:
             golden.eval()
             target.eval()
-        clock = [time.process_time()]
-        timings: dict[str, float] = {}
+        return _Lockstep(golden, target, s, loss_fns).compare(inputs)
+    finally:
+        golden.train(modes[0])
+        target.train(modes[1])
 
-        def lap(name: str) -> None:  # CPU seconds per phase, into meta["timings"]
-            now = time.process_time()
-            timings[name] = timings.get(name, 0.0) + now - clock[0]
-            clock[0] = now
 
-        wcheck = compare_weights(golden, target)
-        lap("weights")
-        golden.to(device=golden_device, dtype=golden_dtype)
-        how = f"target's own ({wcheck.how}; {len(wcheck.differ)} of {wcheck.compared} differ)"
-        copy_now = copy_weights if copy_weights is not None else wcheck.all_differ
-        if copy_now:
+class _Clock:
+    """CPU seconds per phase, into ``meta["timings"]``."""
+
+    def __init__(self) -> None:
+        self.last = time.process_time()
+        self.timings: dict[str, float] = {}
+
+    def lap(self, name: str) -> None:
+        now = time.process_time()
+        self.timings[name] = self.timings.get(name, 0.0) + now - self.last
+        self.last = now
+
+
+@dataclass
+class _Side:
+    """One side's recorded run: its calls, its outputs, and (backward) its gradients."""
+
+    rec: _Recorder
+    out: Any
+    grads: Any = None  # gradients.SideGrads
+
+
+class _Lockstep:
+    """One comparison, phase by phase: :meth:`prepare` (weights, the code check's copy, devices, inputs),
+    :meth:`run` (both sides recorded), :meth:`check_calls` (each target call against its golden call),
+    :meth:`check_backward`, then :meth:`result`."""
+
+    def __init__(self, golden, target, s: LockstepSettings, loss_fns) -> None:
+        self.golden, self.target, self.s, self.loss_fns = golden, target, s, loss_fns
+        self.clock = _Clock()
+        self.ref = None  # the target's copy in the golden setting (code check)
+        self.code_note: str | None = None
+        self.autocast = str(s.target_autocast) if s.target_autocast is not None else None
+        self.golden_dtype = str(s.golden_dtype)
+
+    def compare(self, inputs) -> ComparisonResult:
+        args = self.prepare(inputs)
+        golden, target = self.run(*args)
+        self.clock.lap("runs")
+        self.golden_nonfinite = _first_nonfinite(golden.rec.calls, golden.out)
+        nodes = self.check_calls(golden, target)
+        self.clock.lap("checks")
+        missing_grads: list = []
+        if self.s.backward:
+            nodes, missing_grads = self.check_backward(golden, target, nodes)
+            self.clock.lap("backward_checks")
+        result = self.result(golden, target, nodes, missing_grads)
+        _autocast_policy(result, target.rec.calls, nodes, self.s.target_autocast)
+        return result
+
+    def convert(self, g, like):
+        """Golden tensors moved to the target's device, in the dtypes the target call received."""
+        return _convert_like(g, like, self.s.device, self.s.target_dtype)
+
+    def prepare(self, inputs) -> tuple:
+        """Compare (or copy) the weights, make the code check's copy, move the models; returns the inputs of both
+        sides: (golden args, golden kwargs, target args, target kwargs)."""
+        s, golden, target = self.s, self.golden, self.target
+        self.wcheck = wcheck = compare_weights(golden, target)
+        self.clock.lap("weights")
+        golden.to(device=s.golden_device, dtype=s.golden_dtype)
+        self.weights_how = f"target's own ({wcheck.how}; {len(wcheck.differ)} of {wcheck.compared} differ)"
+        if s.copy_weights if s.copy_weights is not None else wcheck.all_differ:
             wcheck.copied = True
-            wcheck.copy_reason = ("asked (copy_weights=True)" if copy_weights else
+            wcheck.copy_reason = ("asked (copy_weights=True)" if s.copy_weights else
                                   "every parameter differed: two random initialisations, not a port defect")
-            target.to(device=golden_device, dtype=golden_dtype)
-            how = "copied from the golden " + _copy_weights(golden, target) + f" ({wcheck.copy_reason})"
-        ref = None
-        code_note = None
-        if code_check:
+            target.to(device=s.golden_device, dtype=s.golden_dtype)
+            self.weights_how = ("copied from the golden " + copy_weights(golden, target)
+                                + f" ({wcheck.copy_reason})")
+        if s.code_check:
             try:
-                ref = copy.deepcopy(target).to(device=golden_device, dtype=golden_dtype)
+                self.ref = copy.deepcopy(target).to(device=s.golden_device, dtype=s.golden_dtype)
             except Exception as e:  # a target that cannot live in the golden setting: skip the code check
-                code_note = f"code check skipped: the target cannot run on {golden_device}: {e}"
-        target.to(device=target_device)
-        if target_dtype is not None:
-            target.to(dtype=target_dtype)
-
+                self.code_note = f"code check skipped: the target cannot run on {s.golden_device}: {e}"
+        target.to(device=s.device)
+        if s.target_dtype is not None:
+            target.to(dtype=s.target_dtype)
         # inputs of any nesting (tuples, lists, dicts: an LSTM's (x, (h, c))); floating tensors in the golden
         # dtype, and for the target in target_dtype (or the golden dtype)
-        g_in, g_kw = _move((inputs, kwargs), golden_device, golden_dtype)
-        t_in, t_kw = _move((g_in, g_kw), target_device, target_dtype)
+        g_in, g_kw = _move((inputs, s.kwargs or {}), s.golden_device, s.golden_dtype)
+        t_in, t_kw = _move((g_in, g_kw), s.device, s.target_dtype)
+        self.clock.lap("setup")
+        return g_in, g_kw, t_in, t_kw
 
-        def t_ctx():
-            if target_autocast is None:
-                return contextlib.nullcontext()
-            return torch.autocast(device_type=_device_type(target_device), dtype=target_autocast)
-
-        lap("setup")
-        if not backward:
+    def run(self, g_in, g_kw, t_in, t_kw) -> tuple[_Side, _Side]:
+        """Both sides recorded: forward only, or (backward) forward and one backward each."""
+        level = self.s.level
+        if not self.s.backward:
             with torch.no_grad():
-                with _Recorder(golden, level).active() as grec:
-                    g_out = _forward(golden, "golden", g_in, g_kw)
-                with _Recorder(target, level).active() as trec, t_ctx():
-                    t_out = _forward(target, "target", t_in, t_kw)
-        else:
-            # float inputs carry a gradient (the first layer's input gradient is compared too)
-            for x in _tensors((g_in, g_kw, t_in, t_kw)):
-                if x.is_floating_point():
-                    x.requires_grad_(True)
+                with _Recorder(self.golden, level).active() as grec:
+                    g_out = _forward(self.golden, "golden", g_in, g_kw)
+                with _Recorder(self.target, level).active() as trec, self.s.autocast():
+                    t_out = _forward(self.target, "target", t_in, t_kw)
+            return _Side(grec, g_out), _Side(trec, t_out)
+        # float inputs carry a gradient (the first layer's input gradient is compared too)
+        for x in _tensors((g_in, g_kw, t_in, t_kw)):
+            if x.is_floating_point():
+                x.requires_grad_(True)
+        g_loss_fn, t_loss_fn = self.loss_fns
+        with torch.enable_grad():
+            golden = self._forward_backward(self.golden, g_in, g_kw, g_loss_fn, "golden", contextlib.nullcontext())
+            target = self._forward_backward(self.target, t_in, t_kw, t_loss_fn, "target", self.s.autocast())
+        return golden, target
 
-            def forward_backward(model, args, kw, loss_fn, side: str, ctx):
-                """One side's recorded forward, then its backward: (recorder, backward side, outputs)."""
-                with _Recorder(model, level, grads=True).active() as rec, ctx:
-                    live = _forward(model, side, args, kw)
-                lap("runs")
-                bside = gradients.run_backward(model, gradients.check_loss(loss_fn(live), side))
-                lap("backward_runs")
-                return rec, bside, _clone(live)
+    def _forward_backward(self, model, args, kw, loss_fn, side: str, ctx) -> _Side:
+        """One side's recorded forward, then its backward."""
+        from ascendify.precision import gradients
 
-            with torch.enable_grad():
-                grec, gside, g_out = forward_backward(golden, g_in, g_kw, g_loss_fn, "golden", contextlib.nullcontext())
-                trec, tside, t_out = forward_backward(target, t_in, t_kw, t_loss_fn, "target", t_ctx())
-        lap("runs")
-        golden_bad = _first_nonfinite(grec.calls, g_out)
+        with _Recorder(model, self.s.level, grads=True).active() as rec, ctx:
+            live = _forward(model, side, args, kw)
+        self.clock.lap("runs")
+        grads = gradients.run_backward(model, gradients.check_loss(loss_fn(live), side))
+        self.clock.lap("backward_runs")
+        return _Side(rec, _clone(live), grads)
 
-        gk = [c.key() for c in grec.calls]
-        tk = [c.key() for c in trec.calls]
-        m = matching.match_calls(gk, tk)
-        t2g = m.target_to_golden()
-        aliased = matching.alias_wrappers(tk, [c.parent for c in trec.calls], t2g)
-        ac = str(target_autocast) if target_autocast is not None else None
-        gdt = str(golden_dtype)
-
-        leaves = _leaf_counts(trec.calls)
-        nodes: list[NodeResult] = []
-        for ti, tc in enumerate(trec.calls):
-            node = NodeResult(
-                name=tc.display,
-                kind=tc.kind,
-                module=tc.path if tc.kind == "module" else tc.owner,
-                api=tc.path if tc.kind == "api" else None,
-                class_name=tc.class_name,
-                order=ti,
-                depth=tc.depth,
-                parent=tc.parent,
-                source=tc.source,
-                defined_at=tc.defined_at,
-            )
+    def check_calls(self, golden: _Side, target: _Side) -> list[NodeResult]:
+        """Match the calls, then one node per target call: its total error, its error on golden inputs (device
+        check), its code in the golden setting (code check), and the verdict."""
+        self.golden_keys = [c.key() for c in golden.rec.calls]
+        self.target_keys = [c.key() for c in target.rec.calls]
+        self.matched = matching.match_calls(self.golden_keys, self.target_keys)
+        self.t2g = self.matched.target_to_golden()
+        self.aliased = matching.alias_wrappers(self.target_keys, [c.parent for c in target.rec.calls], self.t2g)
+        self.leaves = _leaf_counts(target.rec.calls)
+        nodes = []
+        for ti, tc in enumerate(target.rec.calls):
+            node = NodeResult(name=tc.display, kind=tc.kind, module=tc.path if tc.kind == "module" else tc.owner,
+                              api=tc.path if tc.kind == "api" else None, class_name=tc.class_name, order=ti,
+                              depth=tc.depth, parent=tc.parent, source=tc.source, defined_at=tc.defined_at)
             nodes.append(node)
-            gi = t2g.get(ti)
+            gi = self.t2g.get(ti)
             if gi is None:
-                node.note = matching.explain_unmatched(tk, ti, "target")
+                node.note = matching.explain_unmatched(self.target_keys, ti, "target")
                 continue
-            gc = grec.calls[gi]
-            node.golden_name = gc.display
-            if ti in aliased:
-                node.note = f"wrapper level: compared with golden {gc.display}"
-            tmod = tc.module
-            red = _reduction_length(tmod) if tc.kind == "module" else None
-            cdt = thresholds.compute_dtype(_float_dtypes((tc.args, tc.kwargs, tc.out)), ac)
-            spread = max(1.0, (leaves[ti] / 4.0) ** 0.5)
-            lim = thresholds.limit(cdt, red, scale=tolerance * spread)
-            node.compute_dtype = cdt
-            node.limit = lim.rel_l2
-            node.total = _compare_outputs(tc.out, gc.out, cdt)
-            node.inputs = _compare_outputs((tc.args, tc.kwargs), (gc.args, gc.kwargs), cdt)
-            # device check: the target call on golden inputs, in the target setting
-            try:
-                a = _convert_like(_golden_tensors_in(tc.args, gc.args), tc.args, target_device, target_dtype)
-                k = _convert_like(_golden_tensors_in(tc.kwargs, gc.kwargs), tc.kwargs, target_device, target_dtype)
-                node.local = _compare_outputs(_rerun(tc, tmod, a, k, t_ctx()), gc.out, cdt)
-            except Exception as e:  # the call does not accept the golden inputs: report, do not guess
-                node.local = {}
-                node.reasons.append(f"could not re-run on golden inputs: {type(e).__name__}: {e}")
-            # code check: the target's code in the golden setting
-            if ref is not None:
-                rmod = _module_at(ref, tc.path) if tc.kind == "module" else tc.module
-                if rmod is not None:
-                    try:
-                        glim = thresholds.limit(gdt, red, scale=tolerance * spread)
-                        node.code_limit = glim.rel_l2
-                        a = _golden_tensors_in(tc.args, gc.args)
-                        k = _golden_tensors_in(tc.kwargs, gc.kwargs)
-                        out = _rerun(tc, rmod, a, k, contextlib.nullcontext())
-                        node.code = _compare_outputs(out, gc.out, gdt)
-                    except Exception as e:
-                        node.code = None
-                        node.note = f"code check failed: {type(e).__name__}: {e}"
-            _judge(node, tc, gc)
+            self._check_call(node, ti, tc, golden.rec.calls[gi])
+        return nodes
 
-        missing_grads: list = []
-        lap("checks")
-        if backward:
-            from ascendify.precision.gradients import backward_nodes, loss_node
+    def _check_call(self, node: NodeResult, ti: int, tc: _Call, gc: _Call) -> None:
+        node.golden_name = gc.display
+        if ti in self.aliased:
+            node.note = f"wrapper level: compared with golden {gc.display}"
+        red = _reduction_length(tc.module) if tc.kind == "module" else None
+        cdt = thresholds.compute_dtype(_float_dtypes((tc.args, tc.kwargs, tc.out)), self.autocast)
+        scale = self.s.tolerance * max(1.0, (self.leaves[ti] / 4.0) ** 0.5)
+        node.compute_dtype = cdt
+        node.limit = thresholds.limit(cdt, red, scale=scale).rel_l2
+        node.total = _compare_outputs(tc.out, gc.out, cdt)
+        node.inputs = _compare_outputs((tc.args, tc.kwargs), (gc.args, gc.kwargs), cdt)
+        # device check: the target call on golden inputs, in the target setting
+        try:
+            a = self.convert(_golden_tensors_in(tc.args, gc.args), tc.args)
+            k = self.convert(_golden_tensors_in(tc.kwargs, gc.kwargs), tc.kwargs)
+            node.local = _compare_outputs(_rerun(tc, tc.module, a, k, self.s.autocast()), gc.out, cdt)
+        except Exception as e:  # the call does not accept the golden inputs: report, do not guess
+            node.local = {}
+            node.reasons.append(f"could not re-run on golden inputs: {type(e).__name__}: {e}")
+        self._code_check(node, tc, gc, red, scale)
+        _judge(node, tc, gc)
 
-            n_fwd = len(nodes)
-            root_t = next((c for c in trec.calls if c.parent is None and c.kind == "module"), None)
-            root_g = grec.calls[t2g[trec.calls.index(root_t)]] if root_t is not None and trec.calls.index(
-                root_t) in t2g else None
-            lnode = loss_node(g_out, t_out, g_loss_fn, t_loss_fn, n_fwd=n_fwd, target_device=target_device,
-                              convert=lambda g, like: _convert_like(g, like, target_device, target_dtype),
-                              tolerance=tolerance, root_t=root_t, root_g=root_g)
-            bnodes, missing_grads = backward_nodes(
-                grec, trec, t2g, nodes, gside, tside,
-                convert=lambda g, like: _convert_like(g, like, target_device, target_dtype),
-                golden_in=_golden_tensors_in, t_ctx=t_ctx, target_device=target_device, target_dtype=target_dtype,
-                tolerance=tolerance, leaves=leaves, reduction=_reduction_length, ref=ref, golden_dtype=gdt)
-            for b in bnodes:
-                if b.parent is not None:
-                    b.parent += n_fwd
-            nodes = nodes + [lnode] + bnodes
-            lap("backward_checks")
-        result = ComparisonResult(
+    def _code_check(self, node: NodeResult, tc: _Call, gc: _Call, red: int | None, scale: float) -> None:
+        """The target's code in the golden setting, on the golden inputs."""
+        if self.ref is None:
+            return
+        rmod = _module_at(self.ref, tc.path) if tc.kind == "module" else tc.module
+        if rmod is None:
+            return
+        try:
+            node.code_limit = thresholds.limit(self.golden_dtype, red, scale=scale).rel_l2
+            a = _golden_tensors_in(tc.args, gc.args)
+            k = _golden_tensors_in(tc.kwargs, gc.kwargs)
+            out = _rerun(tc, rmod, a, k, contextlib.nullcontext())
+            node.code = _compare_outputs(out, gc.out, self.golden_dtype)
+        except Exception as e:
+            node.code = None
+            node.note = f"code check failed: {type(e).__name__}: {e}"
+
+    def check_backward(self, golden: _Side, target: _Side, nodes: list[NodeResult]) -> tuple[list, list]:
+        """The loss node and one backward node per matched module call, after the forward nodes; and the
+        parameters whose gradient is missing on one side."""
+        from ascendify.precision.gradients import backward_nodes, loss_node
+
+        s, t2g, calls = self.s, self.t2g, target.rec.calls
+        n_fwd = len(nodes)
+        root_t = next((c for c in calls if c.parent is None and c.kind == "module"), None)
+        root_i = calls.index(root_t) if root_t is not None else None
+        root_g = golden.rec.calls[t2g[root_i]] if root_i in t2g else None
+        g_loss_fn, t_loss_fn = self.loss_fns
+        lnode = loss_node(golden.out, target.out, g_loss_fn, t_loss_fn, n_fwd=n_fwd, target_device=s.device,
+                          convert=self.convert, tolerance=s.tolerance, root_t=root_t, root_g=root_g)
+        bnodes, missing_grads = backward_nodes(
+            golden.rec, target.rec, t2g, nodes, golden.grads, target.grads, convert=self.convert,
+            golden_in=_golden_tensors_in, t_ctx=s.autocast, target_device=s.device, target_dtype=s.target_dtype,
+            tolerance=s.tolerance, leaves=self.leaves, reduction=_reduction_length, ref=self.ref,
+            golden_dtype=self.golden_dtype)
+        for b in bnodes:
+            if b.parent is not None:
+                b.parent += n_fwd
+        return nodes + [lnode] + bnodes, missing_grads
+
+    def result(self, golden: _Side, target: _Side, nodes: list[NodeResult], missing_grads: list) -> ComparisonResult:
+        s, ac, gcalls, tcalls = self.s, self.autocast, golden.rec.calls, target.rec.calls
+        return ComparisonResult(
             mode="lockstep",
-            golden=f"{type(golden).__name__} on {golden_device} ({gdt})",
+            golden=f"{type(self.golden).__name__} on {s.golden_device} ({self.golden_dtype})",
             target=(
-                f"{type(target).__name__} on {target_device}"
-                + (f" ({target_dtype})" if target_dtype else "")
+                f"{type(self.target).__name__} on {s.device}"
+                + (f" ({s.target_dtype})" if s.target_dtype else "")
                 + (f" under {ac} autocast" if ac else "")
             ),
             nodes=nodes,
             unmatched_golden=[
-                {"name": grec.calls[i].display, "reason": matching.explain_unmatched(gk, i, "golden")}
-                for i in m.unmatched_golden
+                {"name": gcalls[i].display, "reason": matching.explain_unmatched(self.golden_keys, i, "golden")}
+                for i in self.matched.unmatched_golden
             ],
-            unmatched_target=[
-                {"name": trec.calls[i].display, "reason": nodes[i].note} for i in m.unmatched_target if i not in aliased
-            ],
-            end_to_end=_compare_outputs(t_out, g_out, thresholds.compute_dtype(_float_dtypes(t_out), ac)),
-            meta={
-                "level": level,
-                "golden_device": str(golden_device),
-                "golden_dtype": gdt,
-                "target_device": str(target_device),
-                "target_dtype": str(target_dtype) if target_dtype else None,
-                "target_autocast": ac,
-                "weights": how,
-                "code_check": ref is not None,
-                "code_check_note": code_note,
-                "tolerance": tolerance,
-                "golden_calls": len(grec.calls),
-                "target_calls": len(trec.calls),
-                "torch": torch.__version__,
-                "timings": {k: round(v, 6) for k, v in timings.items()},
-                "backward": ({"loss": "mean of squared outputs" if loss_fn is None else "loss_fn",
-                              "golden_loss": gside.loss, "target_loss": tside.loss,
-                              "parameters_with_gradient": sum(g is not None for g in tside.grads.values())}
-                             if backward else None),
-            },
-            weights=wcheck.to_dict(),
+            unmatched_target=[{"name": tcalls[i].display, "reason": nodes[i].note}
+                              for i in self.matched.unmatched_target if i not in self.aliased],
+            end_to_end=_compare_outputs(target.out, golden.out,
+                                        thresholds.compute_dtype(_float_dtypes(target.out), ac)),
+            meta=self.meta(golden, target),
+            weights=self.wcheck.to_dict(),
             missing_grads=missing_grads,
-            golden_nonfinite=golden_bad,
+            golden_nonfinite=self.golden_nonfinite,
         )
-        _autocast_policy(result, trec.calls, nodes, target_autocast)
-        return result
-    finally:
-        golden.train(modes[0])
-        target.train(modes[1])
+
+    def meta(self, golden: _Side, target: _Side) -> dict[str, Any]:
+        s = self.s
+        backward = None
+        if s.backward:
+            backward = {"loss": "mean of squared outputs" if s.loss_fn is None else "loss_fn",
+                        "golden_loss": golden.grads.loss, "target_loss": target.grads.loss,
+                        "parameters_with_gradient": sum(g is not None for g in target.grads.grads.values())}
+        return {
+            "level": s.level,
+            "golden_device": str(s.golden_device),
+            "golden_dtype": self.golden_dtype,
+            "target_device": str(s.device),
+            "target_dtype": str(s.target_dtype) if s.target_dtype else None,
+            "target_autocast": self.autocast,
+            "weights": self.weights_how,
+            "code_check": self.ref is not None,
+            "code_check_note": self.code_note,
+            "tolerance": s.tolerance,
+            "golden_calls": len(golden.rec.calls),
+            "target_calls": len(target.rec.calls),
+            "torch": torch.__version__,
+            "timings": {k: round(v, 6) for k, v in self.clock.timings.items()},
+            "backward": backward,
+        }
 
 
 class ModelRunError(ValueError):
