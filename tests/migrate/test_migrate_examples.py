@@ -16,7 +16,7 @@ from ascendify.core import knowledge
 from ascendify.migrate import Options, migrate_source
 from ascendify.migrate.engine import Context
 from ascendify.migrate.rules.backends import NPU_PROPERTIES
-from ascendify.migrate.rules.leftovers import cuda_tokens
+from ascendify.migrate.rules.general import cuda_tokens
 from ascendify.migrate.source import SourceFile
 
 REPO = Path(__file__).resolve().parents[2]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ascendify.migrate import Options, migrate_source
-from ascendify.migrate.rules.graphs import MODES
+from ascendify.migrate.rules.cuda_api_graphs import MODES
 
 SRC = '''import torch
 g = torch.cuda.CUDAGraph()

@@ -43,6 +43,27 @@ def test_every_rule_is_documented_and_has_examples():
         assert r.safety in ("safe", "unsafe", "report-only")
 
 
+def test_each_rule_lives_in_a_file_of_its_family():
+    """ASC612 is a kernels rule: it is defined in rules/kernels.py or rules/kernels_<topic>.py (base.FAMILIES)."""
+    from pathlib import Path
+
+    from ascendify.migrate.rules import FAMILIES
+    from ascendify.migrate.rules.base import family
+
+    assert family("ASC612") == "kernels" and family("ASC099") == "general"
+    wrong = []
+    for r in RULES.values():
+        fam = family(r.id)
+        module = r.check.__module__.rpartition(".")[2]
+        if module != fam and not module.startswith(fam + "_"):
+            wrong.append(f"{r.id} ({fam}) is defined in rules/{module}.py")
+    assert not wrong, wrong
+    rules_dir = Path(__file__).resolve().parents[2] / "src" / "ascendify" / "migrate" / "rules"
+    files = {p.stem for p in rules_dir.glob("*.py")} - {"__init__", "base"}
+    strays = [f for f in files if not any(f == fam or f.startswith(fam + "_") for fam in FAMILIES.values())]
+    assert not strays, f"rule files named after no family: {strays}"
+
+
 def test_report_only_examples_are_reported():
     for r in RULES.values():
         if r.safety != "report-only" or r.id in ("ASC099",):

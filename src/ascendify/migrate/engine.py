@@ -739,7 +739,7 @@ def _migrate_source(data: bytes | str, options: Options, path: str, progress) ->
     progress(0.3)
     run_rules(ctx, active_rules(options), progress)
     from .rules.devices import keep_device_tests_whole
-    from .rules.leftovers import scan_leftovers
+    from .rules.general import scan_leftovers
 
     if "cuda" in ctx.low:  # a device test that still asks for CUDA names it
         keep_device_tests_whole(ctx)

@@ -18,8 +18,8 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-from .model import FileResult
 from .files import OUTPUT_MARKER, Task
+from .model import FileResult
 
 BESIDE_SUFFIX = ".migrated"
 KEPT = "kept"

@@ -1,10 +1,22 @@
 """The migration rules. Importing this package registers them all in ``RULES`` (ID -> Rule), ordered by ID.
 
-Modules: ``devices`` (ASC1xx), ``cuda_api`` and ``graphs`` (ASC2xx), ``distributed`` (ASC3xx), ``backends`` (ASC4xx),
-``tooling`` / ``optimizers`` / ``extensions`` (ASC5xx-6xx: profiler, custom CUDA code, CUDA-only libraries and
-compiled extensions), ``kernels_*`` (ASC608-ASC614: CUDA-only kernels rewritten to their NPU / portable equals,
-or described), ``advice`` (ASC8xx),
-``api_support`` (ASC9xx), ``leftovers`` (ASC099). ASC001 is the engine's ``import torch_npu`` insertion.
+A rule's ID names its family, and the family names its files: rule ASC<d>xx is defined in ``<family>.py`` or
+``<family>_<topic>.py`` (the table is :data:`~.base.FAMILIES`; a test holds every rule to it):
+
+====== ============ ==============================================================================
+IDs    family       files
+====== ============ ==============================================================================
+ASC0xx general      ``general`` (the engine's ``import torch_npu``, CUDA tokens no rule claimed)
+ASC1xx devices      ``devices``
+ASC2xx cuda_api     ``cuda_api``, ``cuda_api_graphs``
+ASC3xx distributed  ``distributed``
+ASC4xx backends     ``backends``
+ASC5xx profiling    ``profiling``
+ASC6xx kernels      ``kernels_libraries``, ``kernels_optimizers``, ``kernels_attention``, ``kernels_apex``,
+                    ``kernels_imports``, ``kernels_custom``, ``kernels_guards``, ``kernels_extensions``
+ASC8xx advice       ``advice``
+ASC9xx api_support  ``api_support``
+====== ============ ==============================================================================
 """
 
 from __future__ import annotations
@@ -14,61 +26,25 @@ from . import (  # noqa: F401
     api_support,
     backends,
     cuda_api,
+    cuda_api_graphs,
     devices,
     distributed,
-    extensions,
-    graphs,
+    general,
     kernels_apex,
     kernels_attention,
     kernels_custom,
+    kernels_extensions,
     kernels_guards,
     kernels_imports,
-    leftovers,
-    optimizers,
-    tooling,
+    kernels_libraries,
+    kernels_optimizers,
+    profiling,
 )
-from .base import REGISTRY, REPORT_ONLY, SAFE, Example, Rule, rule
-
-
-@rule(
-    "ASC001",
-    "add-torch-npu-import",
-    "`import torch_npu` added once where the converted file needs it",
-    hooks=(),
-    doc="""
-    ## What it does
-    Adds `import torch_npu` once to every file that the `--to npu` conversion changed (unless ASC001 is
-    ignored), right after the first `torch` import (else after `from __future__` imports or the module
-    docstring). A file that already imports torch_npu gets nothing; a second run adds nothing. For
-    `--to portable`, `import torch` is added the same way when a converted name needs it.
-
-    ## Why
-    `import torch_npu` registers the `npu` device, `torch.npu`, `Tensor.npu()` and the `hccl` backend (recent
-    torch versions autoload it, the explicit import keeps the code clear and works on all versions).
-
-    ## Example
-    `import torch` followed by `x.cuda()`
-
-    ## Use instead
-    `import torch` / `import torch_npu` / `x.npu()`
-
-    ## Fix safety
-    Safe.
-    """,
-    examples=[
-        Example('"""Doc."""\nfrom __future__ import annotations\nimport os\nimport torch\nx.cuda()\n',
-                '"""Doc."""\nfrom __future__ import annotations\nimport os\nimport torch\nimport torch_npu\nx.npu()\n'),
-        Example("import torch\nimport torch_npu\nx.cuda()\n", "import torch\nimport torch_npu\nx.npu()\n",
-                fires=False),
-    ],
-)
-def _add_import(ctx, node) -> None:  # pragma: no cover - the engine inserts the import
-    return None
-
+from .base import FAMILIES, REGISTRY, REPORT_ONLY, SAFE, Example, Rule
 
 RULES: dict[str, Rule] = dict(sorted(REGISTRY.items()))
 
-__all__ = ["RULES", "Rule", "Example", "SAFE", "REPORT_ONLY", "rules_markdown_table"]
+__all__ = ["FAMILIES", "RULES", "Rule", "Example", "SAFE", "REPORT_ONLY", "rules_markdown_table"]
 
 
 def rules_markdown_table() -> str:

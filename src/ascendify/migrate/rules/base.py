@@ -91,6 +91,25 @@ class Rule:
 
 REGISTRY: dict[str, Rule] = {}
 
+#: a rule's family is the first digit of its number (ASC103: "1"); its module is named ``<family>.py`` or
+#: ``<family>_<topic>.py``
+FAMILIES = {
+    "0": "general",
+    "1": "devices",
+    "2": "cuda_api",
+    "3": "distributed",
+    "4": "backends",
+    "5": "profiling",
+    "6": "kernels",
+    "8": "advice",
+    "9": "api_support",
+}
+
+
+def family(rule_id: str) -> str:
+    """The family of ``rule_id`` (``"ASC612"`` -> ``"kernels"``)."""
+    return FAMILIES[rule_id.removeprefix("ASC")[:1]]
+
 
 def rule(
     id: str,

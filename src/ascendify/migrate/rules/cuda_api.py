@@ -527,7 +527,7 @@ def cuda_api_without_equivalent(ctx, node: ast.AST) -> None:
     if not q or not q.startswith("torch.cuda.") or ctx.is_claimed(node) or q.startswith("torch.cuda.amp"):
         return
     if q.startswith("torch.cuda.nvtx.range_p") and ctx.options.enabled(REGISTRY["ASC503"]):
-        from .tooling import paired_nvtx_calls
+        from .profiling import paired_nvtx_calls
 
         if id(node) in paired_nvtx_calls(ctx):
             return  # ASC503 turns the pair into a `with` block (or lists it)

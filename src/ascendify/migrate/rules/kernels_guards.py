@@ -18,7 +18,7 @@ from bisect import bisect_left, bisect_right
 
 from ..model import CHANGE, MANUAL, REPORT, holes
 from .base import NPU, PORTABLE, SAFE, Example, rule
-from .extensions import modules as extension_modules
+from .kernels_extensions import modules as extension_modules
 from .kernels_imports import _covered
 
 LIBRARIES = ("flash_attn", "xformers", "apex", "bitsandbytes")

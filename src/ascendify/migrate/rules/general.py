@@ -1,4 +1,5 @@
-"""Nothing left behind silently: every CUDA token that no rule converted or listed gets a review row.
+"""The general rules (ASC0xx): the ``import torch_npu`` the engine adds (ASC001), and nothing left behind
+silently (ASC099): every CUDA token that no rule converted or listed gets a review row.
 
 After the rules ran, the file's CUDA-specific tokens (names resolved into ``torch.cuda``/``torch.backends.cudnn``,
 ``.cuda``/``.is_cuda`` attributes, strings that are exactly a CUDA device, ``"nccl"`` or
@@ -16,6 +17,42 @@ from ..flags import own_name_ids
 from ..model import CHANGE, REPORT, REVIEW, Finding
 from ..spans import Spans
 from .base import REPORT_ONLY, Example, rule
+
+
+@rule(
+    "ASC001",
+    "add-torch-npu-import",
+    "`import torch_npu` added once where the converted file needs it",
+    hooks=(),
+    doc="""
+    ## What it does
+    Adds `import torch_npu` once to every file that the `--to npu` conversion changed (unless ASC001 is
+    ignored), right after the first `torch` import (else after `from __future__` imports or the module
+    docstring). A file that already imports torch_npu gets nothing; a second run adds nothing. For
+    `--to portable`, `import torch` is added the same way when a converted name needs it.
+
+    ## Why
+    `import torch_npu` registers the `npu` device, `torch.npu`, `Tensor.npu()` and the `hccl` backend (recent
+    torch versions autoload it, the explicit import keeps the code clear and works on all versions).
+
+    ## Example
+    `import torch` followed by `x.cuda()`
+
+    ## Use instead
+    `import torch` / `import torch_npu` / `x.npu()`
+
+    ## Fix safety
+    Safe.
+    """,
+    examples=[
+        Example('"""Doc."""\nfrom __future__ import annotations\nimport os\nimport torch\nx.cuda()\n',
+                '"""Doc."""\nfrom __future__ import annotations\nimport os\nimport torch\nimport torch_npu\nx.npu()\n'),
+        Example("import torch\nimport torch_npu\nx.cuda()\n", "import torch\nimport torch_npu\nx.npu()\n",
+                fires=False),
+    ],
+)
+def _add_import(ctx, node) -> None:  # pragma: no cover - the engine inserts the import
+    return None
 
 
 @rule(
