@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ascendify import program
-from ascendify.auto import launch
+from ascendify.auto import runner
 from ascendify.cli import build_parser
 
 
@@ -22,10 +22,10 @@ def captured(monkeypatch):
         calls["python_opts"] = prog.python_opts
         return 5
 
-    monkeypatch.setattr(launch, "enable_for_process", fake_enable)
-    monkeypatch.setattr(launch, "run_program", fake_run)
-    monkeypatch.setattr(launch, "finish", lambda **kw: calls.setdefault("finish", kw))
-    monkeypatch.setattr(launch, "run_torchrun",
+    monkeypatch.setattr(runner, "enable_for_process", fake_enable)
+    monkeypatch.setattr(runner, "run_program", fake_run)
+    monkeypatch.setattr(runner, "finish", lambda **kw: calls.setdefault("finish", kw))
+    monkeypatch.setattr(runner, "run_torchrun",
                         lambda prog, flags: calls.setdefault("torchrun", (prog.torchrun_args, flags)) and 0)
     monkeypatch.delenv("ASCENDIFY_TARGET", raising=False)
     return calls

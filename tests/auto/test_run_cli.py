@@ -106,7 +106,7 @@ def test_import_ascendify_auto_at_the_top_of_the_entry_script(tmp_path):
 def test_import_ascendify_auto_is_cheap_and_inert_outside_main():
     code = ("import importlib, sys\n"
             "importlib.import_module('ascendify.auto')\n"
-            "import ascendify.commands.run, ascendify.auto.launch\n"
+            "import ascendify.commands.run, ascendify.auto.runner\n"
             "assert 'torch' not in sys.modules, 'torch imported'\n"
             "assert not ascendify.auto.is_enabled()\n"
             "print('ok')\n")

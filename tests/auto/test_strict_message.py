@@ -22,7 +22,7 @@ def test_without_strict_the_record_still_says_skipped(auto_cpu):
 
 
 def test_the_run_headline_counts_in_words():
-    from ascendify.auto.summary import headline
+    from ascendify.auto.render import headline
 
     rep = {"target": {"name": "cpu"}, "redirected": [{"count": 1}], "no_effect": [], "unsupported": [],
            "unmapped": [], "findings": [{}]}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 
-from ascendify.auto import summary
+from ascendify.auto import render
 
 
 def _rep():
@@ -28,7 +28,7 @@ def _rep():
 def test_sites_and_api_names_are_whole_at_80_columns(monkeypatch):
     monkeypatch.setenv("COLUMNS", "80")
     buf = io.StringIO()
-    summary.render(_rep(), file=buf)
+    render.render(_rep(), file=buf)
     text = buf.getvalue()
     assert all(len(line) <= 80 for line in text.splitlines())
     for line_no in (177, 108, 207, 113):  # every call site names its file and line (used to be cut to "examples/cu…")

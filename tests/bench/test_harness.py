@@ -144,7 +144,7 @@ def test_channels_last_on_npu(npu, tiny_model_file):
 
 @pytest.mark.parametrize("where", ["cpu", "npu"])
 def test_compile_reports_compile_time_apart_and_the_speedup_over_eager(request, tiny_model_file, where):
-    from ascendify.bench import output
+    from ascendify.bench import render
 
     dev = request.getfixturevalue(where)
     rec = run_one(BenchConfig(model=f"{tiny_model_file}:linear", mode="train", batch_size=4, compile=True,
@@ -154,7 +154,7 @@ def test_compile_reports_compile_time_apart_and_the_speedup_over_eager(request, 
     assert len(rec.step_ms_warmup) == 1  # --warmup 0 still compiles outside the timed steps
     assert 0 < rec.compile_ms < rec.step_ms_warmup[0]
     assert rec.eager_throughput > 0 and rec.compile_speedup == pytest.approx(rec.throughput / rec.eager_throughput)
-    line = output.compile_line(rec.to_dict())
+    line = render.compile_line(rec.to_dict())
     assert "compile" in line and "against eager" in line and f"{rec.compile_speedup:.2f}x" in line
 
 

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from ascendify import cli
-from ascendify.bench import output
+from ascendify.bench import render
 
 
 def _rec(**kw):
@@ -25,7 +25,7 @@ def test_compare_ratios_and_missing_rows():
     b = [_rec(device="npu", device_name="Ascend910B3", throughput=92.75,
               latency_ms={"p50": 345.0, "p90": 1, "p99": 1}, peak_memory_bytes=4 << 30),
          _rec(precision="bf16", throughput=150.0)]
-    rows = {(r["batch_size"], r["precision"]): r for r in output.compare(a, b)}
+    rows = {(r["batch_size"], r["precision"]): r for r in render.compare(a, b)}
     r = rows[(32, "fp32")]
     assert r["throughput_ratio"] == pytest.approx(92.75 / 85.2)
     assert r["latency_ratio"] == pytest.approx(345 / 375) and r["memory_ratio"] == 0.5
@@ -35,26 +35,26 @@ def test_compare_ratios_and_missing_rows():
 
 
 def test_load_records_errors(tmp_path):
-    with pytest.raises(output.CompareError, match="no such file"):
-        output.load_records(tmp_path / "nope.json")
+    with pytest.raises(render.CompareError, match="no such file"):
+        render.load_records(tmp_path / "nope.json")
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
-    with pytest.raises(output.CompareError, match="bad.json: not a JSON file"):
-        output.load_records(bad)
+    with pytest.raises(render.CompareError, match="bad.json: not a JSON file"):
+        render.load_records(bad)
     (tmp_path / "other.json").write_text('{"rows": []}')
-    with pytest.raises(output.CompareError, match="no 'records' list"):
-        output.load_records(tmp_path / "other.json")
+    with pytest.raises(render.CompareError, match="no 'records' list"):
+        render.load_records(tmp_path / "other.json")
     (tmp_path / "partial.json").write_text('{"records": [{"model": "x"}]}')
-    with pytest.raises(output.CompareError, match="record 0 lacks mode"):
-        output.load_records(tmp_path / "partial.json")
+    with pytest.raises(render.CompareError, match="record 0 lacks mode"):
+        render.load_records(tmp_path / "partial.json")
 
 
 def test_write_all_files_and_emulated_label(tmp_path):
     pytest.importorskip("matplotlib")
-    recs = [_rec(precision=p, batch_size=b, throughput=t, emulated=True, device="npu", label=output.EMULATED_LABEL)
+    recs = [_rec(precision=p, batch_size=b, throughput=t, emulated=True, device="npu", label=render.EMULATED_LABEL)
             for p, b, t in (("fp32", 2, 10.0), ("fp32", 4, 18.0), ("bf16", 2, 15.0), ("bf16", 4, 30.0))]
     recs.append(_rec(batch_size=4096, status="oom", throughput=None, latency_ms=None))
-    written = output.write_all(recs, json_path=tmp_path / "r.json", out_dir=tmp_path / "out")
+    written = render.write_all(recs, json_path=tmp_path / "r.json", out_dir=tmp_path / "out")
     doc = json.loads((tmp_path / "r.json").read_text())
     assert doc["emulated"] is True and doc["label"] == "emulated: host speed, not NPU speed"
     assert len(doc["records"]) == 5
@@ -63,7 +63,7 @@ def test_write_all_files_and_emulated_label(tmp_path):
     for png in ("throughput_vs_batch.png", "latency_vs_batch.png", "amp_vs_fp32.png"):
         assert (tmp_path / "out" / png).read_bytes()[:4] == b"\x89PNG", png
     assert len(written) == 6
-    assert "emulated: host speed" in output.title_for(recs)
+    assert "emulated: host speed" in render.title_for(recs)
 
 
 def test_terminal_table_keeps_the_emulated_label_and_shows_no_empty_column():
@@ -72,12 +72,12 @@ def test_terminal_table_keeps_the_emulated_label_and_shows_no_empty_column():
     emulated = [_rec(device="npu", device_name="Ascend910B3", emulated=True, mfu=None, batch_size=b)
                 for b in (4, 8)]
     con = report.console(file=io.StringIO(), width=80)
-    con.print(output.render_table(emulated))
+    con.print(render.render_table(emulated))
     text = con.file.getvalue()
     assert "[emulated: host speed, not NPU speed]" in text  # was swallowed as rich markup
     assert "MFU" not in text and "part " not in text and max(map(len, text.splitlines())) <= 80
     con = report.console(file=io.StringIO(), width=120)
-    con.print(output.render_table([_rec()]))
+    con.print(render.render_table([_rec()]))
     assert "MFU %" in con.file.getvalue() and "30" in con.file.getvalue()
 
 
@@ -183,19 +183,19 @@ def test_compare_pair_by_config_pairs_an_original_with_its_port():
     b = [_rec(model="npu_project/models.py:GPT", inputs="(2x16:int64)", throughput=170.4),
          _rec(model="npu_project/models.py:GPT", mode="infer", throughput=600.0),
          _rec(model="npu_project/models.py:GPT", batch_size=64)]
-    by_model = output.compare(a, b)
+    by_model = render.compare(a, b)
     assert not any(r["throughput_ratio"] for r in by_model) and len(by_model) == 5
-    rows = output.compare(a, b, pair_by="config")
+    rows = render.compare(a, b, pair_by="config")
     assert [(r["mode"], r["batch_size"], r["status"]) for r in rows] == [
         ("train", 32, "ok"), ("infer", 32, "ok"), ("train", 64, "skip")]
     assert rows[0]["throughput_ratio"] == pytest.approx(2.0) and rows[1]["throughput_ratio"] == pytest.approx(2.0)
     assert rows[0]["model"] == "cuda_project/models.py:GPT | npu_project/models.py:GPT"
     assert rows[0]["model_a"].startswith("cuda_") and rows[0]["model_b"].startswith("npu_")
     # a different batch structure is another configuration
-    other = output.compare(a[:1], [_rec(model="x", inputs="(2x16:int64, (1x2x16:float32))")], pair_by="config")
+    other = render.compare(a[:1], [_rec(model="x", inputs="(2x16:int64, (1x2x16:float32))")], pair_by="config")
     assert [r["status"] for r in other] == ["skip", "skip"]
     with pytest.raises(ValueError, match="pair_by"):
-        output.compare(a, b, pair_by="label")
+        render.compare(a, b, pair_by="label")
 
 
 def test_cli_compare_pair_by_config(tmp_path, capsys):
@@ -220,16 +220,16 @@ def test_a_cpu_quick_run_fits_80_columns_in_one_part():
                  latency_ms={"p50": 2480.0, "p90": 2500.0, "p99": 2600.0}, peak_memory_bytes=123456 << 20)
             for p in ("fp32", "bf16")]
     con = report.console(file=io.StringIO(), width=80)
-    con.print(output.render_table(recs))
+    con.print(render.render_table(recs))
     text = con.file.getvalue()
     assert "part " not in text and max(map(len, text.splitlines())) <= 80, text
     assert "MiB" in text and "123,456" in text and "2480/2600" in text
     assert "status" not in text  # every run ended ok
     # a sweep with an OOM shows the status column (and may split to fit it)
     con = report.console(file=io.StringIO(), width=120)
-    con.print(output.render_table([*recs, _rec(status="oom", throughput=None, latency_ms=None, mfu=None)]))
+    con.print(render.render_table([*recs, _rec(status="oom", throughput=None, latency_ms=None, mfu=None)]))
     assert "status" in con.file.getvalue() and "oom" in con.file.getvalue()
-    assert output.csv_rows(recs)[0]["status"] == "ok"  # the records themselves keep it
+    assert render.csv_rows(recs)[0]["status"] == "ok"  # the records themselves keep it
 
 
 @pytest.mark.parametrize(

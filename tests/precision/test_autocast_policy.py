@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 from ascendify.core import knowledge
 from ascendify.precision import autocast_policy as ap
-from ascendify.precision import compare_models, compare_report
+from ascendify.precision import compare_models, compare_render
 
 
 def test_cuda_lists_are_the_dispatchers():
@@ -78,10 +78,10 @@ def test_lockstep_names_the_call_cpu_autocast_runs_in_low_precision():
     c = ops["layer_norm"]
     assert (c["target_dtype"], c["cuda_dtype"], c["cuda_rule"]) == ("bfloat16", "float32", "fp32")
     assert c["module"] == "ln" and c["source"].endswith(".py:" + c["source"].rsplit(":", 1)[1])
-    lines = compare_report.summary_lines(r)
+    lines = compare_render.summary_lines(r)
     assert any("layer_norm" in x and "CUDA" in x for x in lines)
     assert json.loads(r.to_json())["meta"]["autocast_policy"]["calls"][0]["op"] == "layer_norm"
-    html = compare_report.html_report(r).to_html()
+    html = compare_render.html_report(r).to_html()
     assert "Autocast policy" in html and "layer_norm" in html
 
 
@@ -89,7 +89,7 @@ def test_no_autocast_no_section():
     m = _Net()
     r = compare_models(m, m, torch.randn(2, 16))
     assert "autocast_policy" not in r.meta
-    assert not any("autocast" in x for x in compare_report.summary_lines(r))
+    assert not any("autocast" in x for x in compare_render.summary_lines(r))
 
 
 _EMULATED = textwrap.dedent(
@@ -97,7 +97,7 @@ _EMULATED = textwrap.dedent(
     import json, sys, torch, torch.nn as nn, torch.nn.functional as F
     import ascendify.emulator as emu
     emu.enable()
-    from ascendify.precision import compare_models, compare_report
+    from ascendify.precision import compare_models, compare_render
 
     class RMSNet(nn.Module):  # F.rms_norm is in CUDA's fp32 list, in none of torch_npu 2.13's
         def __init__(self, eps=None):
@@ -120,7 +120,7 @@ _EMULATED = textwrap.dedent(
     for name, g, t in (("rms", RMSNet(), RMSNet(eps=0.5)), ("clean", clean, clean)):  # the port's eps: a defect
         t.load_state_dict(g.state_dict())
         r = compare_models(g, t, x, target_device="npu", target_autocast=torch.float16, level="mix")
-        out[name] = {"policy": r.meta.get("autocast_policy"), "lines": compare_report.summary_lines(r),
+        out[name] = {"policy": r.meta.get("autocast_policy"), "lines": compare_render.summary_lines(r),
                      "first": r.first_divergence.api if r.first_divergence else None}
     print(json.dumps(out))
     """

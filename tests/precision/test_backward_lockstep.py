@@ -13,7 +13,7 @@ from precision_conftest import HERE
 from precision_conftest import planted_models as M
 
 from ascendify.precision import compare_models
-from ascendify.precision import compare_report as cr
+from ascendify.precision import compare_render as cr
 from ascendify.precision.gradients import LossError, default_loss, summary
 
 CASES = list(M.BACKWARD_TWINS)

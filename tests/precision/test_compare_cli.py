@@ -191,7 +191,7 @@ def test_flagged_table_fits_the_terminal(dumps, width):
     # column is shown, the table split into parts that repeat the call's name where it cannot fit
     from ascendify import report
     from ascendify.precision import compare_dumps
-    from ascendify.precision.compare_report import print_summary
+    from ascendify.precision.compare_render import print_summary
 
     con = report.console(file=io.StringIO(), width=width)
     print_summary(compare_dumps(dumps / "golden", dumps / "perm"), console=con)

@@ -8,7 +8,7 @@ import torch
 from precision_conftest import planted_models as M
 
 from ascendify.precision import compare_dumps, dump
-from ascendify.precision.compare_report import csv_rows
+from ascendify.precision.compare_render import csv_rows
 from ascendify.precision.lockstep import copy_weights
 
 

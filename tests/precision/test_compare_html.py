@@ -12,7 +12,7 @@ import pytest
 from precision_conftest import planted_models as M
 
 from ascendify.precision import compare_models
-from ascendify.precision.compare_report import html_report, write_outputs
+from ascendify.precision.compare_render import html_report, write_outputs
 
 CHROMIUM = "/usr/bin/chromium"
 

@@ -79,7 +79,7 @@ def test_summary_at_80_columns_keeps_one_line_per_series(tmp_path):
     import io
 
     from ascendify import report
-    from ascendify.precision.compare_report import print_curves
+    from ascendify.precision.compare_render import print_curves
 
     a, b = tmp_path / "a.json", tmp_path / "b.json"
     a.write_text(json.dumps(A))
@@ -155,7 +155,7 @@ def test_bad_logs_name_the_file(tmp_path, text, pattern, what):
 
 
 def test_summary_says_when_one_run_stopped_early_and_when_a_value_is_nan():
-    from ascendify.precision.compare_report import curves_summary_lines
+    from ascendify.precision.compare_render import curves_summary_lines
 
     short = compare_curves({"loss": [2.0, 1.5, 1.2, 1.0]}, {"loss": [2.0, 1.5]})
     assert short.verdict == "match"  # the steps both have agree

@@ -12,7 +12,7 @@ import torch.nn as nn
 from precision_conftest import planted_models as M
 
 from ascendify.precision import compare_models
-from ascendify.precision import compare_report as cr
+from ascendify.precision import compare_render as cr
 from ascendify.precision.weights import compare_weights
 
 

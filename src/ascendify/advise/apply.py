@@ -599,7 +599,7 @@ def lockstep(model, batch, rewritten: dict[str, str], project: str) -> dict[str,
     (emulated) NPU; returns the verdict and the numbers."""
     import torch
 
-    from ascendify.precision.compare_report import headline
+    from ascendify.precision.compare_render import headline
     from ascendify.precision.lockstep import compare_models
 
     target, swapped = swap_classes(model, rewritten, project)

@@ -25,11 +25,11 @@ def trace_program(prog, *, steps: int | None, to: str = "npu", capture_model: bo
     """Run ``prog`` (an :class:`ascendify.program.Program`) redirected to ``to`` under a tracer; returns
     ``(exit status, trace, captured)`` where ``captured`` is ``(model, first args)`` with ``capture_model`` (else
     None). Raises ``RuntimeError`` when the redirection cannot be had."""
-    from ascendify.auto import launch
+    from ascendify.auto import runner as auto_runner
 
     try:
-        launch.enable_for_process(to, strict=False, log=None, entry=prog.path, quiet=True, at_exit=False,
-                                  rewrite_checks=True)
+        auto_runner.enable_for_process(to, strict=False, log=None, entry=prog.path, quiet=True, at_exit=False,
+                                       rewrite_checks=True)
     except Exception as e:  # the emulator refused to start, an unknown target: one line, no traceback
         raise RuntimeError(f"cannot run on {to}: {type(e).__name__}: {e}") from None
     # the first step (the warm-up) is not analysed when there are others: its ops are not recorded
@@ -38,11 +38,11 @@ def trace_program(prog, *, steps: int | None, to: str = "npu", capture_model: bo
     code = 1
     try:
         tracer.start()
-        code = launch.run_program(prog)
+        code = auto_runner.run_program(prog)
     finally:
         trace = tracer.stop()
         try:
-            launch.finish(log=None, quiet=True)
+            auto_runner.finish(log=None, quiet=True)
         except Exception:  # noqa: BLE001 (the report of the redirection is not ours to print)
             pass
     trace.meta["program"] = prog.display()

@@ -82,7 +82,7 @@ def _imported_name(f) -> str | None:
 
 def _imported_by_main() -> bool:
     """True when ``__main__`` (the entry script) runs ``import ascendify.auto`` (or ``from ascendify.auto import``);
-    importing a submodule (``ascendify.auto.launch``) does not count."""
+    importing a submodule (``ascendify.auto.runner``) does not count."""
     f = sys._getframe(2)
     while f is not None and f.f_code.co_filename.startswith("<frozen importlib"):
         f = f.f_back
@@ -94,9 +94,9 @@ def _imported_by_main() -> bool:
 def _enable_on_import() -> None:
     if is_enabled():  # already on (ascendify run): nothing to do
         return
-    from ascendify.auto import launch
+    from ascendify.auto import runner
 
-    launch.enable_for_process(os.environ.get("ASCENDIFY_TARGET") or "auto",
+    runner.enable_for_process(os.environ.get("ASCENDIFY_TARGET") or "auto",
                               strict=os.environ.get("ASCENDIFY_STRICT", "") not in ("", "0"),
                               log=os.environ.get("ASCENDIFY_LOG") or None,
                               entry=getattr(sys.modules.get("__main__"), "__file__", None),

@@ -5,7 +5,7 @@
   one batch of any nesting (``model(*args, **kwargs)``), with a loss function or :func:`default_loss`;
 - :mod:`ascendify.bench.device`: the device under test (synchronisation, event timing, peak memory, OOM);
 - :mod:`ascendify.bench.loader`: the data pipeline bench (DataLoader settings, CPU vs device augmentation);
-- :mod:`ascendify.bench.output`: terminal table, JSON, CSV, plots, and ``bench compare``.
+- :mod:`ascendify.bench.render`: terminal table, JSON, CSV, plots, and ``bench compare``.
 
 See ``docs/bench.md``.
 """

@@ -185,15 +185,15 @@ def run(args: argparse.Namespace) -> int:
         print("ascendify bench: needs PyTorch (pip install 'ascendify[ml]')", file=sys.stderr)
         return 3
     if action == "loader":
-        from ascendify.bench.cli import run_loader
+        from ascendify.bench.runner import run_loader
 
         return run_loader(args)
-    from ascendify.bench.cli import run_bench
+    from ascendify.bench.runner import run_bench
 
     return run_bench(args)
 
 
 def _run_compare(args) -> int:
-    from ascendify.bench.cli import run_compare
+    from ascendify.bench.runner import run_compare
 
     return run_compare(args)

@@ -165,7 +165,7 @@ def _replace_earlier(args) -> None:
 
 def _emit(result, args, *, curves: bool = False) -> int:
     from ascendify import report
-    from ascendify.precision import compare_report as cr
+    from ascendify.precision import compare_render as cr
 
     try:
         _replace_earlier(args)

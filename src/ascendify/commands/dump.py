@@ -1,6 +1,6 @@
 """``ascendify dump``: run a program with every module and torch API call recorded (no torch import here).
 
-The work is in :mod:`ascendify.precision.run_dump`; the dump itself in :mod:`ascendify.precision.dumper`.
+The work is in :mod:`ascendify.precision.dump_runner`; the dump itself in :mod:`ascendify.precision.dumper`.
 """
 
 from __future__ import annotations
@@ -226,17 +226,17 @@ def _run(args: argparse.Namespace, prog, conf: dict) -> int:
     if prog.launches_workers:
         flags = _flags(args)
         return prog.relaunch(["dump", *flags, "--"], who="ascendify dump")
-    from ascendify.precision import run_dump
+    from ascendify.precision import dump_runner
 
     if conf["overflow"]:
         from ascendify.precision import overflow
 
-        runner = run_dump.make_runner(prog, emulate=args.emulate, to=args.to)
+        runner = dump_runner.make_runner(prog, emulate=args.emulate, to=args.to)
         if isinstance(runner, int):
             return runner
         return overflow.run_program(runner, prog, conf, action=conf["overflow_action"],
                                     json_path=args.json, quiet=args.quiet)
-    return run_dump.run_program(prog, conf, emulate=args.emulate, to=args.to, json_path=args.json,
+    return dump_runner.run_program(prog, conf, emulate=args.emulate, to=args.to, json_path=args.json,
                                 quiet=args.quiet)
 
 

@@ -1,6 +1,6 @@
 """``ascendify run``: run an unmodified CUDA program with its CUDA calls redirected (no torch import here).
 
-The program line is parsed by :mod:`ascendify.program`; the work is in :mod:`ascendify.auto.launch`.
+The program line is parsed by :mod:`ascendify.program`; the work is in :mod:`ascendify.auto.runner`.
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
         return prog
 
     target = args.to or os.environ.get("ASCENDIFY_TARGET") or "auto"
-    from ascendify.auto import launch
+    from ascendify.auto import runner
 
     if prog.launches_workers:
         flags = ["--to", target] + (["--strict"] if args.strict else []) + (["--quiet"] if args.quiet else [])
@@ -72,13 +72,13 @@ def run(args: argparse.Namespace) -> int:
         flags += ["--check-collectives"] if args.check_collectives else []
         if args.log:
             flags += ["--log", os.path.abspath(args.log)]
-        return launch.run_torchrun(prog, flags)
+        return runner.run_torchrun(prog, flags)
 
     from ascendify.auto.target import TargetError
 
     os.environ["ASCENDIFY_TARGET"] = target  # children that `import ascendify.auto` follow the same target
     try:
-        launch.enable_for_process(target, strict=args.strict, log=args.log, entry=prog.path, quiet=args.quiet,
+        runner.enable_for_process(target, strict=args.strict, log=args.log, entry=prog.path, quiet=args.quiet,
                                   at_exit=False, rewrite_checks=args.rewrite_checks)
     except TargetError as e:
         print(f"ascendify run: {e}", file=sys.stderr)
@@ -89,14 +89,14 @@ def run(args: argparse.Namespace) -> int:
     if args.check_collectives:
         _check_collectives()
     if prog.module is not None and not args.rewrite_checks:
-        launch.scan_module(prog.module)
+        runner.scan_module(prog.module)
     from ascendify.commands import observe_if_asked
 
     observe_if_asked()
     try:
-        return launch.run_program(prog)
+        return runner.run_program(prog)
     finally:
-        launch.finish(log=args.log, quiet=args.quiet)
+        runner.finish(log=args.log, quiet=args.quiet)
 
 
 def _check_collectives() -> None:

@@ -224,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from ascendify import report
     from ascendify.device import placement
-    from ascendify.precision import compare_report as cr
+    from ascendify.precision import compare_render as cr
     from ascendify.precision import gradients
     from ascendify.precision.lockstep import compare_models
 

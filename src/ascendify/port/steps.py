@@ -972,7 +972,7 @@ def read_compare(ctx: Context, jobs: list[Job], train: StepResult | None, tolera
         facts["curves"] = {"skipped": why}
     else:
         try:
-            from ascendify.precision.compare_report import write_curves_outputs
+            from ascendify.precision.compare_render import write_curves_outputs
             from ascendify.precision.curves import compare_curves
 
             n = min(len(a["step"]), len(b["step"]))

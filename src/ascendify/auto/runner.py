@@ -53,7 +53,7 @@ _FINISHED = False
 def finish(*, log: str | None, quiet: bool) -> dict[str, Any] | None:
     """Print the summary (rank 0, unless quiet) and write the JSON log. Runs once."""
     global _FINISHED
-    from ascendify.auto import runtime, summary
+    from ascendify.auto import render, runtime
 
     s = runtime.current()
     if s is None or _FINISHED:
@@ -62,15 +62,15 @@ def finish(*, log: str | None, quiet: bool) -> dict[str, Any] | None:
     rep = runtime.report_of(s)
     if log:
         try:
-            path = summary.write_log(rep, log)
-            if not quiet and summary.is_rank_zero():
+            path = render.write_log(rep, log)
+            if not quiet and render.is_rank_zero():
                 print(f"ascendify: run report written to {path}", file=sys.stderr)
         except OSError as e:
             print(f"ascendify: cannot write {log}: {e}", file=sys.stderr)
-    if not quiet and summary.is_rank_zero():
+    if not quiet and render.is_rank_zero():
         try:
             sys.stdout.flush()
-            summary.render(rep)
+            render.render(rep)
         except Exception as e:  # the report must never turn a good run into a failure
             print(f"ascendify: could not print the run report: {e}", file=sys.stderr)
     return rep

@@ -22,8 +22,7 @@ from torch.utils.data import DataLoader
 from ascendify import report
 from ascendify.core import devices, fileio
 from ascendify.device import placement
-from ascendify.train import checkpoint, data, distributed, metrics
-from ascendify.train import model as model_lib
+from ascendify.train import checkpoint, data, distributed, metrics, network
 from ascendify.train.config import ConfigError, OutputError, TrainConfig
 from ascendify.train.progress import Progress as ProgressView
 
@@ -102,7 +101,7 @@ def _train(cfg: TrainConfig, ctx, device: str, emulated: bool, out: Path, show_p
     val_loader = DataLoader(torch.utils.data.Subset(sets.val, range(ctx.rank, len(sets.val), ctx.world_size)),
                             batch_size=cfg.batch_size, num_workers=cfg.workers, generator=torch.Generator())
 
-    model = model_lib.build(cfg, sets.num_classes, device, emulated)
+    model = network.build(cfg, sets.num_classes, device, emulated)
     criterion = nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing)
     optimizer = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum,
                                 weight_decay=cfg.weight_decay)

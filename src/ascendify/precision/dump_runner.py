@@ -21,17 +21,17 @@ def make_runner(prog, *, emulate: bool = False, to: str | None = None):
             return 3
     runner = prog.run_in_process
     if to:
-        from ascendify.auto import launch
+        from ascendify.auto import runner as auto_runner
 
         try:
-            launch.enable_for_process(to, strict=False, log=None, entry=prog.path, quiet=True, at_exit=False,
-                                      rewrite_checks=True)  # fmt: skip
+            auto_runner.enable_for_process(to, strict=False, log=None, entry=prog.path, quiet=True,
+                                           at_exit=False, rewrite_checks=True)  # fmt: skip
         except Exception as e:
             print(f"ascendify dump: --to {to}: {e}", file=sys.stderr)
             return 3
 
         def runner(hide_frames_of=()):
-            return launch.run_program(prog)
+            return auto_runner.run_program(prog)
 
     return runner
 

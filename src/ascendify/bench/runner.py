@@ -84,7 +84,7 @@ def run_bench(args) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from ascendify import report
-    from ascendify.bench import harness, output
+    from ascendify.bench import harness, render
     from ascendify.bench.device import resolve, set_threads
     from ascendify.workloads import models
 
@@ -118,7 +118,7 @@ def run_bench(args) -> int:
     steps_task = progress.add_task("", total=1, visible=False)
 
     def view():
-        parts = [output.render_table(records)] if records else []
+        parts = [render.render_table(records)] if records else []
         return Group(*parts, progress)
 
     def on_step(phase, i, n):
@@ -144,10 +144,10 @@ def run_bench(args) -> int:
     except (ValueError, models.ModelError) as e:
         _err(str(e))
         return 2
-    report.console().print(output.render_table([r for r in records if r.get("status") != "max-batch"]))
+    report.console().print(render.render_table([r for r in records if r.get("status") != "max-batch"]))
     for r in records:
-        if output.compile_line(r):
-            report.console().print(output.compile_line(r), markup=False, highlight=False)
+        if render.compile_line(r):
+            report.console().print(render.compile_line(r), markup=False, highlight=False)
         if r.get("status") == "max-batch":
             fits = r["batch_size"]
             msg = (f"largest batch that fits: {fits} ({r['model']} {r['mode']} {r['precision']}, "
@@ -165,11 +165,11 @@ def run_bench(args) -> int:
 def _finish(records: list[dict], dev, args, err) -> int:
     """The emulated-NPU label, the output files, and the exit status (4 when a run failed)."""
     from ascendify import report
-    from ascendify.bench import output
+    from ascendify.bench import render
 
     if dev.emulated:
         report.console().print(f"[yellow]{EMULATED_LABEL}[/yellow]")
-    written = output.write_all(records, json_path=args.json, out_dir=args.out, meta=_meta(dev, args))
+    written = render.write_all(records, json_path=args.json, out_dir=args.out, meta=_meta(dev, args))
     for w in written:
         err.print(f"wrote {w}")
     return 4 if any(r.get("status") == "error" for r in records) else 0
@@ -180,7 +180,7 @@ def _run_with_inputs(args) -> int:
     makes, through ``harness.bench_module`` (any forward signature, nested inputs, the user's loss or the output's
     first floating tensor)."""
     from ascendify import report
-    from ascendify.bench import harness, output
+    from ascendify.bench import harness, render
     from ascendify.bench.device import resolve, set_threads
     from ascendify.precision import loading
     from ascendify.workloads import models
@@ -233,10 +233,10 @@ def _run_with_inputs(args) -> int:
                 )
                 rec["model_spec"] = spec
                 records.append(rec)
-    report.console().print(output.render_table(records))
+    report.console().print(render.render_table(records))
     for r in records:
-        if output.compile_line(r):
-            report.console().print(output.compile_line(r), markup=False, highlight=False)
+        if render.compile_line(r):
+            report.console().print(render.compile_line(r), markup=False, highlight=False)
         if r.get("status") != "ok":
             report.console().print(f"[red]{r['model']} {r['mode']} {r['precision']}: {r['status']}: "
                                    f"{r.get('error')}[/red]")
@@ -268,19 +268,19 @@ def _max_record(cfg, dev, best, probes) -> _MaxBatch:
 
 def run_compare(args) -> int:
     from ascendify import report
-    from ascendify.bench import output
+    from ascendify.bench import render
 
     try:
-        a = [r for r in output.load_records(args.a) if r.get("status") != "max-batch"]
-        b = [r for r in output.load_records(args.b) if r.get("status") != "max-batch"]
-    except output.CompareError as e:
+        a = [r for r in render.load_records(args.a) if r.get("status") != "max-batch"]
+        b = [r for r in render.load_records(args.b) if r.get("status") != "max-batch"]
+    except render.CompareError as e:
         _err(str(e))
         return 2
-    rows = output.compare(a, b, pair_by=getattr(args, "pair_by", "model") or "model")
-    name_a, name_b = output.side_label(a, args.a), output.side_label(b, args.b)
+    rows = render.compare(a, b, pair_by=getattr(args, "pair_by", "model") or "model")
+    name_a, name_b = render.side_label(a, args.a), render.side_label(b, args.b)
     title = f"A = {name_a} ({args.a})  B = {name_b} ({args.b})"
     con = report.console()
-    cols = output.shown_columns(output.compare_columns("A", "B"), rows, ("memory_ratio", "note"))
+    cols = render.shown_columns(render.compare_columns("A", "B"), rows, ("memory_ratio", "note"))
     con.print(report.table(cols, rows, title=title))
     if any(r.get("emulated") for r in a + b):
         con.print(f"[yellow]a side was measured on the emulated NPU: {EMULATED_LABEL}[/yellow]")
@@ -311,7 +311,7 @@ def run_compare(args) -> int:
 def run_loader(args) -> int:
     from ascendify import report
     from ascendify.bench import loader as L
-    from ascendify.bench import output
+    from ascendify.bench import render
     from ascendify.bench.device import cpu_count, resolve, set_threads
 
     problem = _output_problem(args)
@@ -328,8 +328,8 @@ def run_loader(args) -> int:
     compute_rate = args.compute_rate
     if args.bench_json:
         try:
-            recs = [r for r in output.load_records(args.bench_json) if r.get("status") == "ok"]
-        except output.CompareError as e:
+            recs = [r for r in render.load_records(args.bench_json) if r.get("status") == "ok"]
+        except render.CompareError as e:
             _err(str(e))
             return 2
         if not recs:
