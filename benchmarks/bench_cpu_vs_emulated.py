@@ -36,7 +36,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     from ascendify import report
-    from ascendify.bench import BenchConfig, output, resolve, run_one
+    from ascendify.bench import BenchConfig, render, resolve, run_one
     from ascendify.bench.device import set_threads
 
     npu = resolve("npu")  # before any backward
@@ -60,8 +60,8 @@ def main(argv=None) -> int:
                     print(f"{model} {mode} {prec} b{bs}: cpu {ra['throughput'] or 0:.3g}/s, emulated npu "
                           f"{rb['throughput'] or 0:.3g}/s, ratio "
                           f"{(rb['throughput'] or 0) / (ra['throughput'] or float('nan')):.3f}", flush=True)
-    rows = output.compare(a, b)
-    report.print_table(output.compare_columns("A", "B"), rows,
+    rows = render.compare(a, b)
+    report.print_table(render.compare_columns("A", "B"), rows,
                        title="A = cpu, B = emulated npu (host speed, not NPU speed): B/A = emulator overhead")
     summary = {}
     for mode in args.modes.split(","):

@@ -13,7 +13,7 @@ import os
 import torch
 from auto_support import SCRIPTS, ascendify_run, last_json
 
-from ascendify.auto import record, summary
+from ascendify.auto import record, render
 from ascendify.auto.record import Recorder
 
 
@@ -61,7 +61,7 @@ def test_the_summary_lists_library_calls_apart_from_the_tables():
              "kind": "redirected", "detail": "cpu"},
             {"api": "torch.is_autocast_enabled", "count": 5, "first_site": "t.py:8", "by": "torch",
              "kind": "redirected", "detail": "cpu"}]
-    assert summary.indirect_lines(rows) == [
+    assert render.indirect_lines(rows) == [
         "  by torch: 2 CUDA APIs (6 calls) reached from t.py:8: torch.is_autocast_enabled, "
         "torch.cuda.get_device_properties"]
 
