@@ -2,6 +2,7 @@
 the few edges the architecture forbids."""
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -50,6 +51,7 @@ def _imports(name: str, path: Path, known: set[str]) -> set[str]:
     return out
 
 
+@functools.cache  # read once per session: every test below reads the same tree
 def _graph() -> dict[str, set[str]]:
     mods = _modules()
     known = set(mods)

@@ -90,5 +90,3 @@ def run_workers(prog: Program, *, json_path: str | None, quiet: bool) -> int:
         print(f"ascendify emulate: could not write the summary: {e}", file=sys.stderr)
     return code
 
-
-run_torchrun = run_workers  # the name before launchers other than torchrun were recognised
