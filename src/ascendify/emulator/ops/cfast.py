@@ -144,7 +144,7 @@ def attach() -> bool:
     from ascendify.emulator import runtime
     from ascendify.emulator.ops import fidelity
 
-    mod.install_guard()  # after backend.install registered the Python one: the same answers, no Python call
+    mod.install_guard()  # after install.install registered the Python one: the same answers, no Python call
     runtime.memory.attach(mod.addresses(), mod.account)
     runtime.recorder.external.append((mod.counts, mod.reset_counts))
 
