@@ -350,3 +350,10 @@ def test_a_program_that_reads_the_data_beside_its_folder_runs_as_without_port(tm
     shown = [j["command"] for s in data["steps"] for j in s["jobs"]]
     assert "ascendify migrate ../proj -o ../proj-npu --to npu --report migrate/report" in shown
     assert (rep / "runs" / "golden" / "tree" / "data").is_symlink()
+    # "Make it fast on the NPU": advise traced the migrated run; its loss.item() each step is a sync at its line,
+    # and the observer's own reads of the loss and the output are no sync of the program's
+    syncs = [f for f in data["advise"]["findings"] if f["rule"] == "ADV101"]
+    assert [f["code"].strip() for f in syncs] == ['print("step", step, "loss", loss.item())']
+    assert "Make it fast on the NPU" in (rep / "report.html").read_text()
+    perf = next(i for i in data["checklist"]["items"] if i["id"] == "perf.advice")
+    assert perf["mark"] == "✓" and perf["evidence"].startswith("advise on the migrated run: ")

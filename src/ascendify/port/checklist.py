@@ -326,9 +326,22 @@ def _perf_mfu(stages: Stages, target: str) -> Verdict:
 
 @evaluator("perf.advice")
 def _perf_advice(stages: Stages, target: str) -> Verdict:
-    """migrate's totals: performance advice items (advice.csv)."""
-    n = int(_totals(stages).get("advice") or 0)
-    return Verdict(PASS, f"{plural(n, 'advice item')} in advice.csv" if n else "no performance advice for this project",
+    """The performance advice for the NPU: ``ascendify advise``'s analysis of the migrated run (the train stage's
+    ``advise`` facts: its findings at the lines of the code, with their estimated weight) where it ran, and
+    migrate's advice items (advice.csv)."""
+    from ascendify.port.stages import fast
+
+    advice = (stages.get("train").facts.get("advise") if stages.get("train") else None) or {}
+    n = int(_totals(stages).get("advice") or 0) if stages.get("migrate") and stages["migrate"].status != "skip" \
+        else None
+    from_migrate = (f"; {n} advice items in advice.csv" if n else "; no migrate advice") if n is not None else ""
+    if advice and not advice.get("skipped"):
+        top = (advice.get("findings") or [{}])[0]
+        first = f" (first: {top.get('title')} at {top.get('where')})" if top.get("title") else ""
+        return Verdict(PASS, f"advise on the migrated run: {fast.headline(advice)}{first}{from_migrate}", "advise")
+    if n is None:
+        raise _NotRun("migrate", "did not run") if not advice else _NotRun("train", advice["skipped"])
+    return Verdict(PASS, f"{n} advice items in advice.csv" if n else "no performance advice for this project",
                    "migrate")
 
 

@@ -20,8 +20,8 @@ is (its loop, ``max_iters``, epochs) by a :class:`StopRun` (a ``SystemExit`` wit
 :class:`~ascendify.port.observation.Observation`) are written to ``DIR/observe.json`` (``observe.rankN.json`` on
 rank N > 0), the models to ``DIR/model-K.pkl`` (:mod:`ascendify.port.snapshot`), the batches to ``DIR/batch-K.pt``.
 
-Cost: the module hook is one Python call per module call and is removed once discovery is over (after the second
-step), so the steps measured after it run at the program's own speed.
+Cost: the module hook is one Python call per module call, removed after the second step (the later steps run at
+the program's own speed). The observer's own reads (a loss, an output) are ascendify's (``tool_calls``).
 
 ``ASCENDIFY_OBSERVE_OVERFLOW=1`` (``port --overflow``, the migrated run only) also runs the whole program under
 :class:`ascendify.precision.overflow.OverflowWatch` in record mode (every aten call, forward and backward, the
@@ -39,6 +39,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
+from ascendify.auto.record import tool_calls
 from ascendify.port import seen, snapshot
 from ascendify.port.alarm import Alarm
 
@@ -110,13 +111,6 @@ def finish_active(exit_code: int | None = None, error: BaseException | None = No
         obs.finish(exit_code, error)
 
 
-def _rank() -> int:
-    try:
-        return int(os.environ.get("RANK", "0"))
-    except ValueError:
-        return 0
-
-
 class _Model:
     """What is known of one root module."""
 
@@ -146,7 +140,7 @@ class Observer:
         self.seconds = seconds
         self.seed = seed
         self.root = os.path.abspath(root)
-        self.rank = _rank()
+        self.rank = seen.rank()
         self.t0 = time.perf_counter()
         self.models: dict[int, _Model] = {}  # id(module) -> model
         self.functions: dict[str, int] = {}  # param-less root modules: class -> calls
@@ -185,8 +179,6 @@ class Observer:
             np.random.seed(self.seed)
         except ImportError:
             pass
-        from ascendify.auto.record import tool_calls
-
         with tool_calls():  # seeds torch.cuda's generators too: under redirection that is no call of the user's
             torch.manual_seed(self.seed)
         torch.use_deterministic_algorithms(True, warn_only=True)
@@ -237,7 +229,8 @@ class Observer:
                 if scaler.is_enabled():  # GradScaler(enabled=False) is a no-op (nanoGPT's under bf16)
                     obs.scaler = True
                 if isinstance(outputs, torch.Tensor) and outputs.numel() == 1:
-                    obs._scaled[id(out)] = float(outputs.detach().float())
+                    with tool_calls():  # our read of the loss
+                        obs._scaled[id(out)] = float(outputs.detach().float())
                 return out
 
             self._patches.set(GradScaler, "scale", scale)
@@ -319,7 +312,8 @@ class Observer:
             if model.module is not mod:
                 model.wrapper = type(mod).__name__
             self.models[key] = model
-            self._first_call(model, args, kwargs, params)
+            with tool_calls():  # the batch and the model copied: our work, not the program's
+                self._first_call(model, args, kwargs, params)
         model.calls += 1
         if mod.training and self._grad_enabled():
             model.trained = True
@@ -375,7 +369,7 @@ class Observer:
         t = next((x for x in flat if isinstance(x, torch.Tensor) and x.is_floating_point()), None)
         if t is None:
             return
-        with torch.no_grad():
+        with torch.no_grad(), tool_calls():  # our read, not the user's (no sync of theirs for advise)
             v = t.detach().float()
             model.outputs.append({"output_mean": float(v.mean()), "output_abs_mean": float(v.abs().mean())})
 
@@ -393,7 +387,8 @@ class Observer:
             return
         value = self._scaled.pop(id(t), None)
         if value is None:
-            value = float(t.detach().float())
+            with tool_calls():  # our read of the loss, not the user's
+                value = float(t.detach().float())
         self._scaled.clear()
         self._losses.append(value)
         fn = type(t.grad_fn).__name__ if t.grad_fn is not None else None

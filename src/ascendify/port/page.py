@@ -9,7 +9,7 @@ from pathlib import Path
 from ascendify import report
 from ascendify.port.options import EXIT_FINDING, EXIT_NOT_PROVEN, EXIT_OK, STAGE_IDS, TARGET_LABEL
 from ascendify.port.result import PortResult
-from ascendify.port.stages import BY_ID, bench, overflow, train
+from ascendify.port.stages import BY_ID, bench, fast, overflow, train
 from ascendify.port.stages.base import ANCHOR, StageResult, e, figs_html, secs
 
 
@@ -37,6 +37,13 @@ def html_report(result: PortResult) -> report.HtmlReport:
                 sec.verdict("error", f"this section could not be drawn: {type(ex).__name__}: {ex}")
         _commands(sec, res)
         _links(sec, res)
+    advice = (result.stages["train"].facts or {}).get("advise") if "train" in result.stages else None
+    if advice:  # the migrated run under advise's tracer: what will make the port slow on an NPU
+        sec = page.section("Make it fast on the NPU (before you have one)", anchor="advise")
+        try:
+            fast.section(sec, advice)
+        except Exception as ex:  # noqa: BLE001 (a partial section beats no report)
+            sec.verdict("error", f"this section could not be drawn: {type(ex).__name__}: {ex}")
     return page
 
 

@@ -149,7 +149,9 @@ class PortResult:
             "checklist": {"pass": marks.count("✓"), "fail": marks.count("✗"), "n/a": marks.count("n/a"),
                           "items": self.checklist},
         }
-        overflow = self.stages["train"].facts.get("overflow") if "train" in self.stages else None
-        if overflow:  # --overflow only: the migrated run's overflow check (also in the train stage's facts)
-            out["overflow"] = overflow
+        train = self.stages["train"].facts if "train" in self.stages else {}
+        if train.get("overflow"):  # --overflow only: the migrated run's overflow check (also in the train's facts)
+            out["overflow"] = train["overflow"]
+        if train.get("advise"):  # "Make it fast on the NPU": advise's analysis of the migrated run
+            out["advise"] = train["advise"]
         return out

@@ -182,3 +182,11 @@ def lr(opt: Any) -> float | None:
         return float(lr)
     except (TypeError, ValueError, IndexError, AttributeError):
         return None
+
+
+def rank() -> int:
+    """This process's rank under torchrun (0 alone)."""
+    try:
+        return int(os.environ.get("RANK", "0"))
+    except ValueError:
+        return 0

@@ -25,7 +25,7 @@ TITLES = {
     "report": "Report",
 }
 ANCHOR = {"doctor": "doctor", "migrate": "migrate", "train": "train", "compare": "compare", "bench": "bench",
-          "checklist": "checklist", "report": "summary"}
+          "checklist": "checklist", "report": "summary", "advise": "advise"}
 
 
 @dataclass

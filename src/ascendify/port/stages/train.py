@@ -19,7 +19,7 @@ from ascendify import report
 from ascendify.port.jobs import Job, child_env, tail
 from ascendify.port.observation import Observation
 from ascendify.port.options import TARGET_LABEL, Context
-from ascendify.port.stages import overflow
+from ascendify.port.stages import fast, overflow
 from ascendify.port.stages.base import (
     StageResult,
     add_job,
@@ -101,7 +101,16 @@ def observe_env(ctx: Context, side: str, root: Path, base: dict[str, str] | None
             "ASCENDIFY_OBSERVE_SECONDS": "" if ctx.seconds is None else str(ctx.seconds),
             "ASCENDIFY_OBSERVE_SEED": str(ctx.options.seed), "ASCENDIFY_OBSERVE_ROOT": str(root),
             "PYTHONHASHSEED": str(ctx.options.seed),
-            **({"ASCENDIFY_OBSERVE_OVERFLOW": "1"} if ctx.overflow and side == "target" else {})}
+            **({"ASCENDIFY_OBSERVE_OVERFLOW": "1"} if ctx.overflow and side == "target" else {}),
+            **({"ASCENDIFY_ADVISE": str(ctx.runs / "target" / "advise")} if side == "target" and advised(ctx) else {})}
+
+
+def advised(ctx: Context) -> bool:
+    """Whether the migrated run is traced by ``ascendify advise`` ("Make it fast on the NPU"): on an NPU, real or
+    emulated, one process (advise traces one rank), and not under ``--overflow`` (two dispatch modes would stack
+    and each would time the other)."""
+    return ctx.target in ("emulated", "npu") and not ctx.overflow and emulated_devices(list(ctx.command)) == 1 \
+        and not any(w in ("torchrun", "torch.distributed.run", "launch") for w in ctx.command)
 
 def shown_env(ctx: Context, cmd: list[str]) -> str:
     """The ``NAME=VALUE`` words a run's command is shown with, so that it runs as shown: the command's own, and
@@ -218,6 +227,9 @@ def read(ctx: Context, jobs: list[Job], done: dict[str, StageResult]) -> StageRe
     for side, r in runs.items():  # the observations stay in their files; the facts keep what the report shows
         r.update(_shown_of(found.get(side)))
     _judge(ctx, res, runs, errors, [j for j in jobs if j.name.startswith("train-")])
+    res.facts["advise"] = fast.read(ctx, runs.get("target"))
+    if not res.facts["advise"].get("skipped"):
+        res.files.append(ctx.rel(ctx.runs / "target" / "advise" / "advise.json"))
     if ctx.overflow:
         o = res.facts["overflow"] = overflow.read_overflow(ctx, res)
         if (ctx.runs / "target" / "overflow.json").is_file():
