@@ -12,6 +12,7 @@ counts).
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shutil
@@ -116,6 +117,18 @@ class Context:
     @property
     def runs(self) -> Path:
         return self.out / "runs"
+
+    @functools.cached_property
+    def compiles(self) -> bool:
+        """Whether the project's code calls ``torch.compile`` (read once: a tracer would keep it from compiling)."""
+        pattern = re.compile(r"\btorch\.compile\b|\btorch\._dynamo\b")
+        for path in sorted(self.project.rglob("*.py"))[:2000]:
+            try:
+                if pattern.search(path.read_text(encoding="utf-8", errors="replace")):
+                    return True
+            except OSError:
+                continue
+        return False
 
     def run_root(self, side: str) -> Path:
         """Where a run's scratch copy of its tree is: ``runs/SIDE/tree/NAME``, NAME the project's folder name,

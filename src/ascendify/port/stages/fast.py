@@ -23,6 +23,8 @@ def read(ctx: Context, target_run: dict[str, Any] | None) -> dict[str, Any]:
     if not advised(ctx):
         why = ("the target is a CUDA GPU" if ctx.target == "cuda" else
                "not with --overflow (the two watches would time each other)" if ctx.overflow else
+               "the program compiles with torch.compile, which does not compile under the tracer: run "
+               "`ascendify advise` for the eager analysis" if ctx.compiles else
                "a multi-process command: run `ascendify advise` on one rank")
         return {"skipped": why}
     if not target_run or target_run.get("skipped") and not target_run.get("history"):

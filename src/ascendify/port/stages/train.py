@@ -107,10 +107,11 @@ def observe_env(ctx: Context, side: str, root: Path, base: dict[str, str] | None
 
 def advised(ctx: Context) -> bool:
     """Whether the migrated run is traced by ``ascendify advise`` ("Make it fast on the NPU"): on an NPU, real or
-    emulated, one process (advise traces one rank), and not under ``--overflow`` (two dispatch modes would stack
-    and each would time the other)."""
+    emulated, one process (advise traces one rank), not under ``--overflow`` (two dispatch modes would stack and
+    each would time the other), and not a program that compiles (Dynamo does not compile under a tracer's mode:
+    the run would not be the program's)."""
     return ctx.target in ("emulated", "npu") and not ctx.overflow and emulated_devices(list(ctx.command)) == 1 \
-        and not any(w in ("torchrun", "torch.distributed.run", "launch") for w in ctx.command)
+        and not any(w in ("torchrun", "torch.distributed.run", "launch") for w in ctx.command) and not ctx.compiles
 
 def shown_env(ctx: Context, cmd: list[str]) -> str:
     """The ``NAME=VALUE`` words a run's command is shown with, so that it runs as shown: the command's own, and
