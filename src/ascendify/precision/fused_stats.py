@@ -96,12 +96,13 @@ static void NAME(acc_t* a, const T* x, int64_t n, int64_t st) {                 
    out[0..5] = [min, max, sum, norm, nan_count, inf_count], copied from `head` when it is not NULL (a view of
    elements already summarised), out[6..13] = the fingerprint (precision.model) over logical positions.
    dims: sizes[0..nd-1] then, from dims + MAXDIM, strides (elements), in logical order; pos: NULL = every position
-   (k == numel). The head walks memory order (dimensions sorted by stride, contiguous neighbours merged), so a
-   transposed or sliced view reads memory in sequence. */
+   (k == numel); offs: the positions' memory offsets (`offsets`), or NULL to compute them here. The head walks
+   memory order (dimensions sorted by stride, contiguous neighbours merged), so a transposed or sliced view reads
+   memory in sequence. */
 #define VEC(NAME, RUNNAME, T, LOAD)                                                                              \
 RUNS(RUNNAME##_s, T, LOAD)                                                                                       \
 void NAME(const T* x, int nd, const int64_t* dims, const int64_t* pos, int64_t k, const float* w, float scale,  \
-          const float* head, float* out) {                                                                       \
+          const float* head, float* out, const int64_t* offs) {                                                   \
     const int64_t* sizes = dims; const int64_t* strides = dims + MAXDIM;                                         \
     if (head) { for (int j = 0; j < 6; j++) out[j] = head[j]; }                                                  \
     else {                                                                                                       \
@@ -162,7 +163,8 @@ void NAME(const T* x, int nd, const int64_t* dims, const int64_t* pos, int64_t k
         int64_t end = b + 64 < k ? b + 64 : k;                                                                   \
         for (int64_t i = b; i < end; i++) {                                                                     \
             int64_t l = pos ? pos[i] : i, off = 0;                                                               \
-            if (contiguous) off = l;                                                                             \
+            if (offs) off = offs[i];                                                                             \
+            else if (contiguous) off = l;                                                                        \
             else for (int d = nd - 1; d >= 0; d--) { off += (l % sizes[d]) * strides[d]; l /= sizes[d]; }        \
             float v = LOAD(x[off]);                                                                              \
             const float* wi = w + 8 * i;                                                                         \
@@ -171,6 +173,18 @@ void NAME(const T* x, int nd, const int64_t* dims, const int64_t* pos, int64_t k
         for (int j = 0; j < 8; j++) acc[j] += part[j];                                                           \
     }                                                                                                            \
     for (int j = 0; j < 8; j++) out[6 + j] = (float)(acc[j] * scale);                                            \
+}
+
+/* The memory offsets (elements) of the fingerprint's k logical positions `pos` (NULL: 0..k-1) in a tensor of
+   sizes/strides `dims` (as for vec_*): computed once per layout (stats._offsets) and passed to vec_* as `offs`, so
+   a strided view's fingerprint gathers without a division per sample and dimension. */
+void offsets(int nd, const int64_t* dims, const int64_t* pos, int64_t k, int64_t* out) {
+    const int64_t* sizes = dims; const int64_t* strides = dims + MAXDIM;
+    for (int64_t i = 0; i < k; i++) {
+        int64_t l = pos ? pos[i] : i, off = 0;
+        for (int d = nd - 1; d >= 0; d--) { off += (l % sizes[d]) * strides[d]; l /= sizes[d]; }
+        out[i] = off;
+    }
 }
 
 #define ID(v) (v)
@@ -245,8 +259,10 @@ def kernel():
             fn = getattr(lib, name, None)
             if fn is not None:
                 fn.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
-                               ctypes.c_void_p, ctypes.c_float, ctypes.c_void_p, ctypes.c_void_p]
+                               ctypes.c_void_p, ctypes.c_float, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
                 fn.restype = None
+        lib.offsets.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p]
+        lib.offsets.restype = None
         _lib = lib
         return _lib
     return None

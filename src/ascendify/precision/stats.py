@@ -160,6 +160,29 @@ def _cpu_plan(n: int) -> tuple:
     return plan
 
 
+_offs: dict[tuple, tuple[int, ctypes.Array]] = {}  # (shape, strides) -> (pointer, the fingerprint's offsets)
+
+
+def _offsets(shape, stride, nd: int, dims, pos: int | None, k: int) -> int:
+    """The memory offsets of the fingerprint's positions in a strided layout, computed once per layout (the
+    kernel would otherwise divide by each size for each of the 4,096 samples of every strided view)."""
+    key = (shape, stride)
+    hit = _offs.get(key)
+    if hit is None:
+        buf = (ctypes.c_int64 * k)()
+        _offsets_fn()(nd, dims, pos, k, buf)
+        if len(_offs) >= 256:
+            _offs.clear()
+        hit = _offs[key] = (ctypes.addressof(buf), buf)
+    return hit[0]
+
+
+def _offsets_fn():
+    from ascendify.precision import fused_stats
+
+    return fused_stats.kernel().offsets
+
+
 class StatTable:
     """The statistics vectors of many tensors (a dump's step): row ``i`` is the ``i``-th tensor added.
 
@@ -214,12 +237,16 @@ class StatTable:
         if nd > _MAXDIM or not ptr:  # a wrapper subclass (no storage of its own) reports 0: torch reduces it
             return False
         dims = self._dims
-        if nd:
-            dims[0:nd] = t.shape
-            dims[_MAXDIM : _MAXDIM + nd] = t.stride()
+        offs = None
         pos, k, w, scale, _keep = _cpu_plan(t.numel())
+        if nd:
+            shape, stride = t.shape, t.stride()
+            dims[0:nd] = shape
+            dims[_MAXDIM : _MAXDIM + nd] = stride
+            if not t.is_contiguous():
+                offs = _offsets(shape, stride, nd, dims, pos, k)
         fn(ptr, nd, dims, pos, k, w, scale, None if head is None else self._base + head * _ROW,
-           self._base + i * _ROW)  # fmt: skip
+           self._base + i * _ROW, offs)  # fmt: skip
         return True
 
     def add(self, t: torch.Tensor, defer: bool = False) -> int:
