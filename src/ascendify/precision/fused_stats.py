@@ -31,6 +31,10 @@ from pathlib import Path
 from ascendify.core.fileio import cache_dir
 
 _SOURCE = r"""
+#ifdef WITH_PYTHON
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#endif
 #include <stdint.h>
 #include <string.h>
 #include <math.h>
@@ -198,10 +202,138 @@ VEC(vec_bf16, run_bf16, uint16_t, BF)
 RUN(run_f16, _Float16, HF)
 VEC(vec_f16, run_f16, _Float16, HF)
 #endif
+
+#ifdef WITH_PYTHON
+/* The same kernels as the Python module ``ascendify_fused_stats`` (``ext()``): a call costs about 0.2 us where ctypes'
+   conversion of ten arguments and the dims array cost several, and the dumper's per-tensor bookkeeping is one call. */
+typedef void (*vec_fn)(const void*, int, const int64_t*, const int64_t*, int64_t, const float*, float, const float*,
+                       float*, const int64_t*);
+static vec_fn kinds[3];
+static PyObject *s_dtype, *s_shape, *s_requires_grad, *s_is_cpu, *s_version, *s_is_leaf, *s_cpu;
+
+static void* as_ptr(PyObject* o) { return o == Py_None ? NULL : PyLong_AsVoidPtr(o); }
+
+/* fill(kind, data_ptr, shape, strides, positions, k, weights, scale, head, out, offsets): vec_* of dtype kind
+   (0 float32, 1 bfloat16, 2 float16) on a tensor of these sizes and strides (tuples); pointers as ints or None. */
+static PyObject* fr_fill(PyObject* self, PyObject* const* a, Py_ssize_t n) {
+    if (n != 11) { PyErr_SetString(PyExc_TypeError, "fill takes 11 arguments"); return NULL; }
+    long kind = PyLong_AsLong(a[0]);
+    if (kind < 0 || kind > 2 || !kinds[kind]) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "no kernel for this dtype");
+        return NULL;
+    }
+    if (!PyTuple_Check(a[2]) || !PyTuple_Check(a[3]) || PyTuple_GET_SIZE(a[2]) != PyTuple_GET_SIZE(a[3])
+        || PyTuple_GET_SIZE(a[2]) > MAXDIM) {
+        PyErr_SetString(PyExc_ValueError, "shape and strides: tuples of the same length, at most 16");
+        return NULL;
+    }
+    int nd = (int)PyTuple_GET_SIZE(a[2]);
+    int64_t dims[2 * MAXDIM];
+    for (int d = 0; d < nd; d++) {
+        dims[d] = PyLong_AsLongLong(PyTuple_GET_ITEM(a[2], d));
+        dims[MAXDIM + d] = PyLong_AsLongLong(PyTuple_GET_ITEM(a[3], d));
+    }
+    const void* x = as_ptr(a[1]);
+    const int64_t* pos = (const int64_t*)as_ptr(a[4]);
+    int64_t k = PyLong_AsLongLong(a[5]);
+    const float* w = (const float*)as_ptr(a[6]);
+    double scale = PyFloat_AsDouble(a[7]);
+    const float* head = (const float*)as_ptr(a[8]);
+    float* out = (float*)as_ptr(a[9]);
+    const int64_t* offs = (const int64_t*)as_ptr(a[10]);
+    if (PyErr_Occurred()) return NULL;
+    if (!x || !out || !w) { PyErr_SetString(PyExc_ValueError, "a null pointer"); return NULL; }
+    Py_BEGIN_ALLOW_THREADS
+    kinds[kind](x, nd, dims, pos, k, w, (float)scale, head, out, offs);
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
+/* item(t, seen, names) -> (metadata, row) | None: the dumper's metadata of a CPU tensor, (dtype name, shape,
+   requires_grad, "cpu"), and its statistics row when ``seen`` (id -> (weak reference, version, row)) holds it at
+   this version, else -1 (the dumper decides: a parameter, a new tensor or version, no version counter). None when
+   the tensor is not on the CPU or its dtype has no name in ``names`` yet: the dumper's Python path serves. */
+static PyObject* fr_item(PyObject* self, PyObject* const* a, Py_ssize_t n) {
+    if (n != 3) { PyErr_SetString(PyExc_TypeError, "item takes 3 arguments"); return NULL; }
+    PyObject *t = a[0], *seen = a[1], *names = a[2];
+    if (!PyDict_Check(seen) || !PyDict_Check(names)) { PyErr_SetString(PyExc_TypeError, "dicts expected"); return NULL; }
+    PyObject* is_cpu = PyObject_GetAttr(t, s_is_cpu);
+    if (!is_cpu) return NULL;
+    int cpu = is_cpu == Py_True;
+    Py_DECREF(is_cpu);
+    if (!cpu) Py_RETURN_NONE;
+    PyObject* dtype = PyObject_GetAttr(t, s_dtype);
+    if (!dtype) return NULL;
+    PyObject* name = PyDict_GetItemWithError(names, dtype);  /* borrowed */
+    Py_DECREF(dtype);
+    if (!name) { if (PyErr_Occurred()) return NULL; Py_RETURN_NONE; }
+    PyObject* shape = PyObject_GetAttr(t, s_shape);
+    if (!shape) return NULL;
+    PyObject* rg = PyObject_GetAttr(t, s_requires_grad);
+    if (!rg) { Py_DECREF(shape); return NULL; }
+    PyObject* meta = PyTuple_Pack(4, name, shape, rg, s_cpu);
+    Py_DECREF(shape);
+    if (!meta) { Py_DECREF(rg); return NULL; }
+    long long row = -1;
+    PyObject* ver = PyObject_GetAttr(t, s_version);
+    if (!ver) {
+        if (!PyErr_ExceptionMatches(PyExc_RuntimeError)) { Py_DECREF(rg); Py_DECREF(meta); return NULL; }
+        PyErr_Clear();  /* an inference tensor keeps no version counter */
+    } else {
+        int param = 0;
+        if (rg == Py_True) {
+            PyObject* leaf = PyObject_GetAttr(t, s_is_leaf);
+            if (!leaf) { Py_DECREF(ver); Py_DECREF(rg); Py_DECREF(meta); return NULL; }
+            param = leaf == Py_True;
+            Py_DECREF(leaf);
+        }
+        if (!param) {
+            PyObject* key = PyLong_FromVoidPtr(t);  /* id(t) */
+            PyObject* e = key ? PyDict_GetItemWithError(seen, key) : NULL;  /* borrowed */
+            Py_XDECREF(key);
+            if (e && PyTuple_Check(e) && PyTuple_GET_SIZE(e) >= 3 && PyWeakref_Check(PyTuple_GET_ITEM(e, 0))
+                && PyWeakref_GetObject(PyTuple_GET_ITEM(e, 0)) == t) {
+                int same = PyObject_RichCompareBool(PyTuple_GET_ITEM(e, 1), ver, Py_EQ);
+                if (same == 1) row = PyLong_AsLongLong(PyTuple_GET_ITEM(e, 2));
+            }
+            if (PyErr_Occurred()) { Py_DECREF(ver); Py_DECREF(rg); Py_DECREF(meta); return NULL; }
+        }
+        Py_DECREF(ver);
+    }
+    Py_DECREF(rg);
+    return Py_BuildValue("(NL)", meta, row);
+}
+
+static PyMethodDef fr_methods[] = {
+    {"fill", (PyCFunction)(void (*)(void))fr_fill, METH_FASTCALL, "vec_* on a strided tensor"},
+    {"item", (PyCFunction)(void (*)(void))fr_item, METH_FASTCALL, "a CPU tensor's metadata and seen row"},
+    {NULL, NULL, 0, NULL},
+};
+static struct PyModuleDef fr_module = {PyModuleDef_HEAD_INIT, "ascendify_fused_stats", NULL, -1, fr_methods};
+
+PyMODINIT_FUNC PyInit_ascendify_fused_stats(void) {
+    kinds[0] = (vec_fn)vec_f32;
+    kinds[1] = (vec_fn)vec_bf16;
+#ifdef WITH_F16
+    kinds[2] = (vec_fn)vec_f16;
+#endif
+    s_dtype = PyUnicode_InternFromString("dtype");
+    s_shape = PyUnicode_InternFromString("shape");
+    s_requires_grad = PyUnicode_InternFromString("requires_grad");
+    s_is_cpu = PyUnicode_InternFromString("is_cpu");
+    s_version = PyUnicode_InternFromString("_version");
+    s_is_leaf = PyUnicode_InternFromString("is_leaf");
+    s_cpu = PyUnicode_InternFromString("cpu");
+    if (!s_dtype || !s_shape || !s_requires_grad || !s_is_cpu || !s_version || !s_is_leaf || !s_cpu) return NULL;
+    return PyModule_Create(&fr_module);
+}
+#endif
 """
 
 _lib = None
+_ext = None
 _tried = False
+EXT_NAME = "ascendify_fused_stats"
 
 
 def _cpu_key() -> str:
@@ -234,9 +366,30 @@ def _build(cc: str, flags: list[str], dest: Path) -> bool:
     return True
 
 
+def _python_flags() -> list[str]:
+    """Flags that build the library as the Python module ``ascendify_fused_stats`` too, or [] without Python's
+    headers (then only ctypes serves)."""
+    if os.environ.get("ASCENDIFY_FUSED_STATS_EXT", "1") == "0":
+        return []
+    try:
+        import sysconfig
+
+        inc = sysconfig.get_paths()["include"]
+    except Exception:
+        return []
+    return ["-DWITH_PYTHON", f"-I{inc}"] if inc and os.path.exists(os.path.join(inc, "Python.h")) else []
+
+
+def ext():
+    """The kernels as a Python module (``fill``, ``item``: see the C source), or None (no Python headers, or the
+    library could not be built): ``kernel()``'s ctypes functions serve."""
+    kernel()
+    return _ext
+
+
 def kernel():
     """The loaded library (``stats_f32``, ``stats_bf16``, maybe ``stats_f16``), or None where it cannot be had."""
-    global _lib, _tried
+    global _lib, _ext, _tried
     if _tried:
         return _lib
     _tried = True
@@ -246,13 +399,19 @@ def kernel():
     if not cc:
         return None
     arch = ["-march=native", "-mprefer-vector-width=512"]
-    tag = hashlib.sha256((_SOURCE + _cpu_key() + cc).encode()).hexdigest()[:16]
-    for extra in (["-DWITH_F16"], []):
-        dest = cache_dir("fused_stats") / f"fused_stats_{tag}{'_f16' if extra else ''}.so"
+    py = _python_flags()
+    pytag = f"{sys.implementation.cache_tag}" if py else ""
+    tag = hashlib.sha256((_SOURCE + _cpu_key() + cc + pytag + " ".join(py)).encode()).hexdigest()[:16]
+    variants = [(py + ["-DWITH_F16"], "_py_f16"), (py, "_py")] if py else []
+    variants += [(["-DWITH_F16"], "_f16"), ([], "")]
+    for extra, suffix in variants:
+        dest = cache_dir("fused_stats") / f"fused_stats_{tag}{suffix}.so"
         try:
             if not dest.exists() and not _build(cc, arch + extra, dest):
                 continue
             lib = ctypes.CDLL(str(dest))
+            if "-DWITH_PYTHON" in extra:
+                _ext = _import(dest)
         except Exception:  # a read-only cache, a broken compiler: the torch path serves
             continue
         for name in ("vec_f32", "vec_bf16", "vec_f16"):
@@ -266,3 +425,14 @@ def kernel():
         _lib = lib
         return _lib
     return None
+
+
+def _import(path: Path):
+    import importlib.machinery
+    import importlib.util
+
+    loader = importlib.machinery.ExtensionFileLoader(EXT_NAME, str(path))
+    spec = importlib.util.spec_from_file_location(EXT_NAME, str(path), loader=loader)
+    mod = importlib.util.module_from_spec(spec)
+    loader.exec_module(mod)
+    return mod
