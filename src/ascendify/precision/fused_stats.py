@@ -14,7 +14,14 @@ closer to exact: double across blocks).
 
 Covered: float32, bfloat16 and float16 tensors in host memory, of any strides (up to 16 dimensions). One call
 (``vec_*``) gives a tensor's whole statistics vector, the fingerprint included (``stats.StatTable``); the fingerprint
-sums 64 samples at a time in float32 vectors, then in double.
+sums 64 samples at a time in float32 vectors, then in double, gathering a strided view's samples at offsets computed
+once per layout (``offsets``).
+
+Where Python's headers are installed the same library is also built as the Python module ``ascendify_fused_stats``
+(:func:`ext`): ``fill`` calls a kernel for about 0.2 us where ctypes' conversion of its ten arguments cost several,
+and ``item`` gives the dumper a CPU tensor's metadata and already-computed row in one call (the dump's fixed cost
+per recorded call, ``benchmarks/dump_overhead.py``'s short configuration). ``ASCENDIFY_FUSED_STATS_EXT=0``, or no
+headers, leaves ctypes alone: the same numbers (``tests/precision/test_fused_stats.py``).
 """
 
 from __future__ import annotations
@@ -213,6 +220,17 @@ static PyObject *s_dtype, *s_shape, *s_requires_grad, *s_is_cpu, *s_version, *s_
 
 static void* as_ptr(PyObject* o) { return o == Py_None ? NULL : PyLong_AsVoidPtr(o); }
 
+static int weak_is(PyObject* ref, PyObject* t) {  /* the weak reference still points to t */
+#if PY_VERSION_HEX >= 0x030D0000
+    PyObject* o = NULL;
+    if (PyWeakref_GetRef(ref, &o) < 0) { PyErr_Clear(); return 0; }
+    Py_XDECREF(o);
+    return o == t;
+#else
+    return PyWeakref_GetObject(ref) == t;
+#endif
+}
+
 /* fill(kind, data_ptr, shape, strides, positions, k, weights, scale, head, out, offsets): vec_* of dtype kind
    (0 float32, 1 bfloat16, 2 float16) on a tensor of these sizes and strides (tuples); pointers as ints or None. */
 static PyObject* fr_fill(PyObject* self, PyObject* const* a, Py_ssize_t n) {
@@ -292,7 +310,7 @@ static PyObject* fr_item(PyObject* self, PyObject* const* a, Py_ssize_t n) {
             PyObject* e = key ? PyDict_GetItemWithError(seen, key) : NULL;  /* borrowed */
             Py_XDECREF(key);
             if (e && PyTuple_Check(e) && PyTuple_GET_SIZE(e) >= 3 && PyWeakref_Check(PyTuple_GET_ITEM(e, 0))
-                && PyWeakref_GetObject(PyTuple_GET_ITEM(e, 0)) == t) {
+                && weak_is(PyTuple_GET_ITEM(e, 0), t)) {
                 int same = PyObject_RichCompareBool(PyTuple_GET_ITEM(e, 1), ver, Py_EQ);
                 if (same == 1) row = PyLong_AsLongLong(PyTuple_GET_ITEM(e, 2));
             }
