@@ -318,7 +318,7 @@ class _Rec:
         self.source = None
         self.autocast = None
         self.backward: _Rec | None = None
-        self.ac: list[str] = []
+        self.ac: list[str] | tuple = ()  # autocast devices on at the call (_autocast_devices)
         self.lazy: torch.nn.Module | None = None  # a module with uninitialised parameters (_record_params)
 
 
