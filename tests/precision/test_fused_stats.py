@@ -103,9 +103,9 @@ def test_same_vector_as_the_torch_path(monkeypatch, dtype, n):
 
 
 def test_the_python_module_and_ctypes_write_the_same_dump(tmp_path, monkeypatch):
-    """Where Python's headers are installed the kernels are also a Python module (``fused_stats.ext()``): ``fill``
-    instead of the ctypes call, and ``item`` for the dumper's metadata and seen rows. Without it (ctypes only) a
-    dump must be identical: every layout the kernel walks, views reusing rows, a split projection, gradients."""
+    """Where Python's headers are installed the kernels are also a Python module (``fused_stats.ext()``): its
+    ``fill`` instead of the ctypes call. Without it (ctypes only) a dump must be identical: every layout the kernel
+    walks, views reusing rows, a split projection, gradients."""
     import json
 
     from torch import nn
@@ -128,7 +128,7 @@ def test_the_python_module_and_ctypes_write_the_same_dump(tmp_path, monkeypatch)
             y = (att @ v.view(2, 8, 2, 8).transpose(1, 2)).transpose(1, 2).reshape(2, 8, 16)
             return self.out(y.bfloat16().float()[:, ::2]).sum()
 
-    calls = {"fill": 0, "item": 0}
+    calls = {"fill": 0}
 
     class Counting:  # the module, counting its calls
         def __init__(self, real):
@@ -137,10 +137,6 @@ def test_the_python_module_and_ctypes_write_the_same_dump(tmp_path, monkeypatch)
         def fill(self, *a):
             calls["fill"] += 1
             return self.real.fill(*a)
-
-        def item(self, *a):
-            calls["item"] += 1
-            return self.real.item(*a)
 
     stats._kernel(torch.float32)
     torch.manual_seed(0)
@@ -152,5 +148,5 @@ def test_the_python_module_and_ctypes_write_the_same_dump(tmp_path, monkeypatch)
             m(x * 1.0).backward()
         docs.append(json.loads(next((tmp_path / name).rglob("dump.json")).read_text())["data"])
         if fx is not None:
-            assert calls["fill"] > 20 and calls["item"] > 40, calls
+            assert calls["fill"] > 20, calls
     assert docs[0] == docs[1] and len(docs[0]) > 20

@@ -123,7 +123,6 @@ class DumpTooLarge(RuntimeError):
 
 _dtype_names: dict[torch.dtype, str] = {}
 _Tensor = torch.Tensor
-_c_item = None  # fused_stats.ext().item, set when a dump starts (Dumper.start)
 _modules = sys.modules
 _is_lazy = torch.nn.parameter.is_lazy
 _KEYS = tuple(str(i) for i in range(64))  # argument keys "0", "1", ...
@@ -211,14 +210,6 @@ def _display(filename: str) -> str:
             d = filename
         _display_cache[filename] = d
     return d
-
-
-def _load_c_item() -> None:
-    global _c_item
-    from ascendify.precision import stats
-
-    stats._kernel(torch.float32)  # loads the library
-    _c_item = getattr(stats._fx, "item", None)
 
 
 def current_rank() -> int:
@@ -539,7 +530,6 @@ class Dumper:
             return self
         self._started = True
         self._rank = current_rank()
-        _load_c_item()
         # A dump keeps its records for a whole step, which makes Python's cyclic GC run full collections that
         # walk every object of the process (torch's own are most of them: ~0.1 s each here). Freezing what exists
         # now keeps those collections to the objects made during the dump; stop() unfreezes. Left alone when the
@@ -775,16 +765,9 @@ class Dumper:
 
     def _item(self, t: torch.Tensor, key: str, defer: bool = False) -> tuple:
         """``(key, metadata, statistics row)`` of a tensor; an uninitialised parameter of a lazy module (no shape,
-        no values yet) as a value without statistics. A CPU tensor's metadata, and its row when it was seen at this
-        version, come from one C call (``fused_stats.ext().item``) where it is built."""
+        no values yet) as a value without statistics."""
         try:
-            got = _c_item(t, self._seen, _dtype_names) if _c_item is not None else None
-            if got is None:
-                meta = _meta(t)
-            else:
-                meta, idx = got
-                if idx >= 0:
-                    return (key, meta, idx)
+            meta = _meta(t)
         except RuntimeError:
             return (key, _scalar(t, key), None)
         return (key, meta, self._stat(t, defer))

@@ -18,10 +18,10 @@ sums 64 samples at a time in float32 vectors, then in double, gathering a stride
 once per layout (``offsets``).
 
 Where Python's headers are installed the same library is also built as the Python module ``ascendify_fused_stats``
-(:func:`ext`): ``fill`` calls a kernel for about 0.2 us where ctypes' conversion of its ten arguments cost several,
-and ``item`` gives the dumper a CPU tensor's metadata and already-computed row in one call (the dump's fixed cost
-per recorded call, ``benchmarks/dump_overhead.py``'s short configuration). ``ASCENDIFY_FUSED_STATS_EXT=0``, or no
-headers, leaves ctypes alone: the same numbers (``tests/precision/test_fused_stats.py``).
+(:func:`ext`): its ``fill`` calls a kernel for about 0.2 us where ctypes' conversion of the ten arguments cost
+several (a dump's fixed cost per tensor: ``benchmarks/dump_overhead.py``'s short configuration).
+``ASCENDIFY_FUSED_STATS_EXT=0``, or no headers, leaves ctypes alone: the same numbers
+(``tests/precision/test_fused_stats.py``).
 """
 
 from __future__ import annotations
@@ -212,24 +212,12 @@ VEC(vec_f16, run_f16, _Float16, HF)
 
 #ifdef WITH_PYTHON
 /* The same kernels as the Python module ``ascendify_fused_stats`` (``ext()``): a call costs about 0.2 us where ctypes'
-   conversion of ten arguments and the dims array cost several, and the dumper's per-tensor bookkeeping is one call. */
+   conversion of ten arguments and the dims array cost several. */
 typedef void (*vec_fn)(const void*, int, const int64_t*, const int64_t*, int64_t, const float*, float, const float*,
                        float*, const int64_t*);
 static vec_fn kinds[3];
-static PyObject *s_dtype, *s_shape, *s_requires_grad, *s_is_cpu, *s_version, *s_is_leaf, *s_cpu;
 
 static void* as_ptr(PyObject* o) { return o == Py_None ? NULL : PyLong_AsVoidPtr(o); }
-
-static int weak_is(PyObject* ref, PyObject* t) {  /* the weak reference still points to t */
-#if PY_VERSION_HEX >= 0x030D0000
-    PyObject* o = NULL;
-    if (PyWeakref_GetRef(ref, &o) < 0) { PyErr_Clear(); return 0; }
-    Py_XDECREF(o);
-    return o == t;
-#else
-    return PyWeakref_GetObject(ref) == t;
-#endif
-}
 
 /* fill(kind, data_ptr, shape, strides, positions, k, weights, scale, head, out, offsets): vec_* of dtype kind
    (0 float32, 1 bfloat16, 2 float16) on a tensor of these sizes and strides (tuples); pointers as ints or None. */
@@ -267,64 +255,8 @@ static PyObject* fr_fill(PyObject* self, PyObject* const* a, Py_ssize_t n) {
     Py_RETURN_NONE;
 }
 
-/* item(t, seen, names) -> (metadata, row) | None: the dumper's metadata of a CPU tensor, (dtype name, shape,
-   requires_grad, "cpu"), and its statistics row when ``seen`` (id -> (weak reference, version, row)) holds it at
-   this version, else -1 (the dumper decides: a parameter, a new tensor or version, no version counter). None when
-   the tensor is not on the CPU or its dtype has no name in ``names`` yet: the dumper's Python path serves. */
-static PyObject* fr_item(PyObject* self, PyObject* const* a, Py_ssize_t n) {
-    if (n != 3) { PyErr_SetString(PyExc_TypeError, "item takes 3 arguments"); return NULL; }
-    PyObject *t = a[0], *seen = a[1], *names = a[2];
-    if (!PyDict_Check(seen) || !PyDict_Check(names)) { PyErr_SetString(PyExc_TypeError, "dicts expected"); return NULL; }
-    PyObject* is_cpu = PyObject_GetAttr(t, s_is_cpu);
-    if (!is_cpu) return NULL;
-    int cpu = is_cpu == Py_True;
-    Py_DECREF(is_cpu);
-    if (!cpu) Py_RETURN_NONE;
-    PyObject* dtype = PyObject_GetAttr(t, s_dtype);
-    if (!dtype) return NULL;
-    PyObject* name = PyDict_GetItemWithError(names, dtype);  /* borrowed */
-    Py_DECREF(dtype);
-    if (!name) { if (PyErr_Occurred()) return NULL; Py_RETURN_NONE; }
-    PyObject* shape = PyObject_GetAttr(t, s_shape);
-    if (!shape) return NULL;
-    PyObject* rg = PyObject_GetAttr(t, s_requires_grad);
-    if (!rg) { Py_DECREF(shape); return NULL; }
-    PyObject* meta = PyTuple_Pack(4, name, shape, rg, s_cpu);
-    Py_DECREF(shape);
-    if (!meta) { Py_DECREF(rg); return NULL; }
-    long long row = -1;
-    PyObject* ver = PyObject_GetAttr(t, s_version);
-    if (!ver) {
-        if (!PyErr_ExceptionMatches(PyExc_RuntimeError)) { Py_DECREF(rg); Py_DECREF(meta); return NULL; }
-        PyErr_Clear();  /* an inference tensor keeps no version counter */
-    } else {
-        int param = 0;
-        if (rg == Py_True) {
-            PyObject* leaf = PyObject_GetAttr(t, s_is_leaf);
-            if (!leaf) { Py_DECREF(ver); Py_DECREF(rg); Py_DECREF(meta); return NULL; }
-            param = leaf == Py_True;
-            Py_DECREF(leaf);
-        }
-        if (!param) {
-            PyObject* key = PyLong_FromVoidPtr(t);  /* id(t) */
-            PyObject* e = key ? PyDict_GetItemWithError(seen, key) : NULL;  /* borrowed */
-            Py_XDECREF(key);
-            if (e && PyTuple_Check(e) && PyTuple_GET_SIZE(e) >= 3 && PyWeakref_Check(PyTuple_GET_ITEM(e, 0))
-                && weak_is(PyTuple_GET_ITEM(e, 0), t)) {
-                int same = PyObject_RichCompareBool(PyTuple_GET_ITEM(e, 1), ver, Py_EQ);
-                if (same == 1) row = PyLong_AsLongLong(PyTuple_GET_ITEM(e, 2));
-            }
-            if (PyErr_Occurred()) { Py_DECREF(ver); Py_DECREF(rg); Py_DECREF(meta); return NULL; }
-        }
-        Py_DECREF(ver);
-    }
-    Py_DECREF(rg);
-    return Py_BuildValue("(NL)", meta, row);
-}
-
 static PyMethodDef fr_methods[] = {
     {"fill", (PyCFunction)(void (*)(void))fr_fill, METH_FASTCALL, "vec_* on a strided tensor"},
-    {"item", (PyCFunction)(void (*)(void))fr_item, METH_FASTCALL, "a CPU tensor's metadata and seen row"},
     {NULL, NULL, 0, NULL},
 };
 static struct PyModuleDef fr_module = {PyModuleDef_HEAD_INIT, "ascendify_fused_stats", NULL, -1, fr_methods};
@@ -335,14 +267,6 @@ PyMODINIT_FUNC PyInit_ascendify_fused_stats(void) {
 #ifdef WITH_F16
     kinds[2] = (vec_fn)vec_f16;
 #endif
-    s_dtype = PyUnicode_InternFromString("dtype");
-    s_shape = PyUnicode_InternFromString("shape");
-    s_requires_grad = PyUnicode_InternFromString("requires_grad");
-    s_is_cpu = PyUnicode_InternFromString("is_cpu");
-    s_version = PyUnicode_InternFromString("_version");
-    s_is_leaf = PyUnicode_InternFromString("is_leaf");
-    s_cpu = PyUnicode_InternFromString("cpu");
-    if (!s_dtype || !s_shape || !s_requires_grad || !s_is_cpu || !s_version || !s_is_leaf || !s_cpu) return NULL;
     return PyModule_Create(&fr_module);
 }
 #endif
@@ -399,8 +323,8 @@ def _python_flags() -> list[str]:
 
 
 def ext():
-    """The kernels as a Python module (``fill``, ``item``: see the C source), or None (no Python headers, or the
-    library could not be built): ``kernel()``'s ctypes functions serve."""
+    """The kernels as a Python module (``fill``: see the C source), or None (no Python headers, or the library could
+    not be built): ``kernel()``'s ctypes functions serve."""
     kernel()
     return _ext
 
