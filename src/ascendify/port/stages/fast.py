@@ -3,7 +3,8 @@
 report.json's ``advise``) and drawn as a section of its own after the stages.
 
 The findings name lines of the migrated copy (the run's tree is OUT's copy), and their weights are estimates of
-the time per step on the Ascend chip named (a roofline from published peaks, unvalidated where no NPU ran it):
+the time per step on the Ascend chip named (a roofline from published peaks: within -6% to -42% of measured
+steps on a GPU, unvalidated on an NPU):
 what will make the port slow before there is an NPU to measure it on.
 """
 
@@ -39,7 +40,7 @@ def headline(facts: dict[str, Any]) -> str:
     """One line: how many findings, and the estimated step on the chip.
 
     >>> headline({"findings": [{"title": "x"}], "estimate": {"step_ms": 2.5}, "meta": {"device": "Ascend910B3"}})
-    '1 finding; estimated step on Ascend910B3: 2.5 ms (an estimate, unvalidated)'
+    '1 finding; estimated step on Ascend910B3: 2.5 ms (an estimate, unvalidated on an NPU)'
     >>> headline({"skipped": "the target is a CUDA GPU"})
     'not analysed: the target is a CUDA GPU'
     """
@@ -50,7 +51,7 @@ def headline(facts: dict[str, Any]) -> str:
     total = (facts.get("estimate") or {}).get("step_ms")
     if isinstance(total, (int, float)):
         device = (facts.get("meta") or {}).get("device") or "the NPU"
-        text += f"; estimated step on {device}: {total:.3g} ms (an estimate, unvalidated)"
+        text += f"; estimated step on {device}: {total:.3g} ms (an estimate, unvalidated on an NPU)"
     return text
 
 
