@@ -194,3 +194,24 @@ def finite(v: Any) -> float | None:
 def finite_points(x: list, y: list) -> tuple[list, list]:
     pts = [(xi, yi) for xi, yi in zip(x, y, strict=False) if yi is not None]
     return [p[0] for p in pts], [p[1] for p in pts]
+
+
+def emulated_devices(command: list[str]) -> int:
+    """How many emulated NPUs the migrated run gets: one per torchrun worker on this node, else one (a program
+    that sees eight devices may wrap its model in DataParallel, which an NPU refuses).
+
+    >>> emulated_devices(["torchrun", "--nproc-per-node", "2", "t.py"]), emulated_devices(["python", "t.py"])
+    (2, 1)
+    >>> emulated_devices(["python", "-m", "torch.distributed.run", "--nproc_per_node=4", "t.py"])
+    4
+    """
+    for i, tok in enumerate(command):
+        for flag in ("--nproc-per-node", "--nproc_per_node"):
+            value = None
+            if tok == flag and i + 1 < len(command):
+                value = command[i + 1]
+            elif tok.startswith(flag + "="):
+                value = tok.split("=", 1)[1]
+            if value is not None:
+                return int(value) if value.isdigit() else 8  # "gpu"/"auto": as many as a node has
+    return 1

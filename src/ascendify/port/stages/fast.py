@@ -1,5 +1,5 @@
 """"Make it fast on the NPU": ``ascendify advise``'s analysis of the migrated run (its tracer ran in that run, see
-:func:`ascendify.port.stages.train.advised`), read into the train stage's facts (``facts["advise"]``, also
+:func:`advised`), read into the train stage's facts (``facts["advise"]``, also
 report.json's ``advise``) and drawn as a section of its own after the stages.
 
 The findings name lines of the migrated copy (the run's tree is OUT's copy), and their weights are estimates of
@@ -14,13 +14,20 @@ from typing import Any
 
 from ascendify import report
 from ascendify.port.options import Context
-from ascendify.port.stages.base import load_json
+from ascendify.port.stages.base import emulated_devices, load_json
+
+
+def advised(ctx: Context) -> bool:
+    """Whether the migrated run is traced by ``ascendify advise`` ("Make it fast on the NPU"): on an NPU, real or
+    emulated, one process (advise traces one rank), not under ``--overflow`` (two dispatch modes would stack and
+    each would time the other), and not a program that compiles (Dynamo does not compile under a tracer's mode:
+    the run would not be the program's)."""
+    return ctx.target in ("emulated", "npu") and not ctx.overflow and emulated_devices(list(ctx.command)) == 1 \
+        and not any(w in ("torchrun", "torch.distributed.run", "launch") for w in ctx.command) and not ctx.compiles
 
 
 def read(ctx: Context, target_run: dict[str, Any] | None) -> dict[str, Any]:
     """The analysis (advise.json's fields), or ``{"skipped": why}``."""
-    from ascendify.port.stages.train import advised
-
     if not advised(ctx):
         why = ("the target is a CUDA GPU" if ctx.target == "cuda" else
                "not with --overflow (the two watches would time each other)" if ctx.overflow else

@@ -26,12 +26,14 @@ from ascendify.port.stages.base import (
     cached_png,
     collect,
     count,
+    emulated_devices,
     failure,
     load_json,
     number_text,
     secs,
 )
 from ascendify.port.stages.failures import first_user_frame, known_errors, last_line
+from ascendify.port.stages.fast import advised
 from ascendify.report.tables import plural
 
 ID = "train"
@@ -71,26 +73,6 @@ def port_command(argv: list[str], device: str = "npu") -> list[str]:
         prev = tok
     return out
 
-def emulated_devices(command: list[str]) -> int:
-    """How many emulated NPUs the migrated run gets: one per torchrun worker on this node, else one (a program
-    that sees eight devices may wrap its model in DataParallel, which an NPU refuses).
-
-    >>> emulated_devices(["torchrun", "--nproc-per-node", "2", "t.py"]), emulated_devices(["python", "t.py"])
-    (2, 1)
-    >>> emulated_devices(["python", "-m", "torch.distributed.run", "--nproc_per_node=4", "t.py"])
-    4
-    """
-    for i, tok in enumerate(command):
-        for flag in ("--nproc-per-node", "--nproc_per_node"):
-            value = None
-            if tok == flag and i + 1 < len(command):
-                value = command[i + 1]
-            elif tok.startswith(flag + "="):
-                value = tok.split("=", 1)[1]
-            if value is not None:
-                return int(value) if value.isdigit() else 8  # "gpu"/"auto": as many as a node has
-    return 1
-
 def observe_env(ctx: Context, side: str, root: Path, base: dict[str, str] | None = None) -> dict[str, str]:
     """The variables that switch :mod:`ascendify.port.observe` on in a run; the project's folder also goes on
     ``PYTHONPATH`` (a command run from the project's root imports its packages, as ``pip install -e .`` or a
@@ -104,14 +86,6 @@ def observe_env(ctx: Context, side: str, root: Path, base: dict[str, str] | None
             **({"ASCENDIFY_OBSERVE_OVERFLOW": "1"} if ctx.overflow and side == "target" else {}),
             **({"ASCENDIFY_ADVISE": str(ctx.runs / "target" / "advise")} if side == "target" and advised(ctx) else {})}
 
-
-def advised(ctx: Context) -> bool:
-    """Whether the migrated run is traced by ``ascendify advise`` ("Make it fast on the NPU"): on an NPU, real or
-    emulated, one process (advise traces one rank), not under ``--overflow`` (two dispatch modes would stack and
-    each would time the other), and not a program that compiles (Dynamo does not compile under a tracer's mode:
-    the run would not be the program's)."""
-    return ctx.target in ("emulated", "npu") and not ctx.overflow and emulated_devices(list(ctx.command)) == 1 \
-        and not any(w in ("torchrun", "torch.distributed.run", "launch") for w in ctx.command) and not ctx.compiles
 
 def shown_env(ctx: Context, cmd: list[str]) -> str:
     """The ``NAME=VALUE`` words a run's command is shown with, so that it runs as shown: the command's own, and
