@@ -185,19 +185,20 @@ def call_site(depth: int = 2) -> str:
     return fallback or "<unknown>"
 
 
-_TOOL = [0]  # above 0 while ascendify itself calls a redirected API (port's observer seeding a run)
+TOOL_DEPTH = [0]  # above 0 while ascendify does work of its own in the user's run (tool_calls)
 
 
 @contextlib.contextmanager
 def tool_calls():
-    """Calls made inside this block are ascendify's own (``ascendify port``'s observer seeds every generator of
-    the run with ``torch.manual_seed``, which calls ``torch.cuda.manual_seed_all``): counted apart as indirect
-    calls by ``ascendify``, never as the user's, whatever the stack above holds."""
-    _TOOL[0] += 1
+    """Calls made inside this block are ascendify's own, never the user's, whatever the stack above holds:
+    ``ascendify port``'s observer seeding every generator of the run (``torch.manual_seed`` calls
+    ``torch.cuda.manual_seed_all``: counted apart as indirect calls by ``ascendify``), or reading a loss and a
+    model's output (``ascendify advise``'s tracer records none of the ops, so none is a sync of the user's)."""
+    TOOL_DEPTH[0] += 1
     try:
         yield
     finally:
-        _TOOL[0] -= 1
+        TOOL_DEPTH[0] -= 1
 
 
 # ---------------------------------------------------------------------------------------------- recorder
@@ -230,7 +231,7 @@ class Recorder:
 
     # hot path: a short walk to the nearest caller that is not ascendify, and one dict lookup
     def hit(self, api: str, detail: str = "") -> None:
-        by = "ascendify" if _TOOL[0] else calling_library(2)  # from hit's caller up: ascendify's frames pass on
+        by = "ascendify" if TOOL_DEPTH[0] else calling_library(2)  # from hit's caller up: ascendify's frames pass on
         if by is not None:
             self._indirect(by, "redirected", api, detail)
             return
@@ -254,7 +255,7 @@ class Recorder:
             self.on_first()
 
     def noop(self, api: str, reason: str) -> None:
-        by = "ascendify" if _TOOL[0] else calling_library(2)  # from the caller up: ascendify's frames pass on
+        by = "ascendify" if TOOL_DEPTH[0] else calling_library(2)  # from the caller up: ascendify's frames pass on
         if by is not None:
             self._indirect(by, "no_effect", api, reason)
             return
