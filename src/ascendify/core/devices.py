@@ -10,13 +10,8 @@ CUDA, XPU, MPS, then the CPU.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 from functools import cache
-
-
-def torch_importable() -> bool:
-    return importlib.util.find_spec("torch") is not None
 
 
 @cache
