@@ -86,7 +86,7 @@ def run_bench(args) -> int:
     from ascendify import report
     from ascendify.bench import harness, output
     from ascendify.bench.device import resolve, set_threads
-    from ascendify.workloads import models
+    from ascendify.workloads import factory, models
 
     problem = _output_problem(args)
     if problem:
@@ -97,7 +97,7 @@ def run_bench(args) -> int:
     try:
         configs = _configs(args)
         for m in args.model:
-            if not models.is_factory_spec(m):
+            if not factory.is_spec(m):
                 models.info(m)  # unknown names fail before any device work
     except (ValueError, models.ModelError) as e:
         _err(str(e))
@@ -183,7 +183,7 @@ def _run_with_inputs(args) -> int:
     from ascendify.bench import harness, output
     from ascendify.bench.device import resolve, set_threads
     from ascendify.precision import loading
-    from ascendify.workloads import models
+    from ascendify.workloads import factory, models
 
     if not args.inputs:
         _err("--loss needs --inputs (a zoo model trains on its own loss)")
@@ -197,7 +197,7 @@ def _run_with_inputs(args) -> int:
         _err("--inputs makes one batch: give one --batch-size (how many samples it holds), or none")
         return 2
     try:
-        loss_fn = loading.function(args.loss) if args.loss else None
+        loss_fn = factory.load_function(args.loss) if args.loss else None
     except ValueError as e:
         _err(str(e))
         return 2
@@ -215,8 +215,8 @@ def _run_with_inputs(args) -> int:
         for mode in args.mode:
             for prec in args.precision:
                 try:
-                    if models.is_factory_spec(spec) or ".py:" in spec:
-                        model = loading.build(spec)
+                    if factory.is_spec(spec):
+                        model = factory.load_model(spec)
                     else:
                         model = models.build_model(spec, num_classes=args.num_classes, image_size=args.image_size,
                                                    seq_len=args.seq_len)  # fmt: skip

@@ -136,11 +136,11 @@ class Record:
 
 def display_name(model: str) -> str:
     """``resnet50`` stays; ``path/to/my_model.py:build`` becomes ``my_model.py:build``."""
-    from ascendify.workloads import models
+    from ascendify.workloads import factory
 
-    if models.is_factory_spec(model):
-        file, _, factory = model.rpartition(":")
-        return f"{os.path.basename(file)}:{factory}"
+    if factory.is_spec(model):
+        s = factory.parse_spec(model)
+        return f"{os.path.basename(s.file)}:{s.expr}"
     return model
 
 
@@ -200,7 +200,7 @@ def run_one(cfg: BenchConfig, dev: BenchDevice, *, on_step: Callable[[str, int, 
     except for bad configurations, which raise ``ValueError``/``ModelError``)."""
     import torch
 
-    from ascendify.workloads import models
+    from ascendify.workloads import factory, models
 
     cfg.validate()
     name = models.canonical_name(cfg.model)
@@ -210,7 +210,7 @@ def run_one(cfg: BenchConfig, dev: BenchDevice, *, on_step: Callable[[str, int, 
                  timer=dev.timer().kind, threads=torch.get_num_threads(), torch_version=torch.__version__,
                  label=EMULATED_LABEL if dev.emulated else None,
                  started=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"))
-    if models.is_factory_spec(name):
+    if factory.is_spec(name):
         rec.model_spec = name
     else:
         rec.throughput_unit = f"{models.info(name).sample_unit}/s"
