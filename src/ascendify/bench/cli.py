@@ -37,6 +37,18 @@ def _output_problem(args) -> str | None:
     return f"--out {out}: {problem}" if problem else None
 
 
+def _open_device(args):
+    """The :class:`BenchDevice` of ``--device`` (see ``BenchDevice.open``), or the exit status after saying why:
+    2 for a word the bench does not take, 3 for a device that is not here."""
+    from ascendify.bench.device import BenchDevice
+
+    try:
+        return BenchDevice.open(args.device, emulate_memory=args.emulate_memory)
+    except DeviceError as e:
+        _err(str(e))
+        return e.exit_code
+
+
 def _timing(args) -> dict:
     quick = args.quick
     return dict(
@@ -85,7 +97,7 @@ def run_bench(args) -> int:
 
     from ascendify import report
     from ascendify.bench import harness, output
-    from ascendify.bench.device import resolve, set_threads
+    from ascendify.bench.device import set_threads
     from ascendify.workloads import factory, models
 
     problem = _output_problem(args)
@@ -102,11 +114,9 @@ def run_bench(args) -> int:
     except (ValueError, models.ModelError) as e:
         _err(str(e))
         return 2
-    try:
-        dev = resolve(args.device, emulate_memory=args.emulate_memory)  # before any backward (emulator)
-    except DeviceError as e:
-        _err(str(e))
-        return 3
+    dev = _open_device(args)  # before any backward (emulator)
+    if isinstance(dev, int):
+        return dev
     set_threads(args.threads)
     err = report.console(stderr=True)
     if dev.emulated:
@@ -181,7 +191,7 @@ def _run_with_inputs(args) -> int:
     first floating tensor)."""
     from ascendify import report
     from ascendify.bench import harness, output
-    from ascendify.bench.device import resolve, set_threads
+    from ascendify.bench.device import set_threads
     from ascendify.precision import loading
     from ascendify.workloads import factory, models
 
@@ -201,11 +211,9 @@ def _run_with_inputs(args) -> int:
     except ValueError as e:
         _err(str(e))
         return 2
-    try:
-        dev = resolve(args.device, emulate_memory=args.emulate_memory)
-    except DeviceError as e:
-        _err(str(e))
-        return 3
+    dev = _open_device(args)
+    if isinstance(dev, int):
+        return dev
     set_threads(args.threads)
     err = report.console(stderr=True)
     if dev.emulated:
@@ -312,7 +320,7 @@ def run_loader(args) -> int:
     from ascendify import report
     from ascendify.bench import loader as L
     from ascendify.bench import output
-    from ascendify.bench.device import cpu_count, resolve, set_threads
+    from ascendify.bench.device import cpu_count, set_threads
 
     problem = _output_problem(args)
     if problem:
@@ -336,11 +344,9 @@ def run_loader(args) -> int:
             _err(f"{args.bench_json}: no successful run to take a compute rate from")
             return 2
         compute_rate = max(r["throughput"] for r in recs)
-    try:
-        dev = resolve(args.device, emulate_memory=args.emulate_memory)
-    except DeviceError as e:
-        _err(str(e))
-        return 3
+    dev = _open_device(args)
+    if isinstance(dev, int):
+        return dev
     set_threads(args.threads)
     n_samples = args.samples or (32 if quick else 512)
 

@@ -44,7 +44,7 @@ PRECISIONS = ("fp32", "fp16", "bf16")
 
 @dataclasses.dataclass
 class BenchConfig:
-    """Everything one run depends on (the device is resolved beforehand: see ``bench.device.resolve``)."""
+    """Everything one run depends on (the device is opened beforehand: see ``BenchDevice.open``)."""
 
     model: str = "resnet50"
     mode: str = "train"
@@ -543,8 +543,8 @@ def bench_module(
     ``mode``: ``"train"`` (forward, ``loss_fn(output)``, backward, an SGD step with momentum 0.9 and ``lr``) or
     ``"infer"`` (forward under ``no_grad``). ``loss_fn`` defaults to :func:`default_loss` (the output's first
     floating tensor, ``.float().mean()``). ``precision`` ``fp16``/``bf16`` is autocast (with a GradScaler for fp16
-    training). ``device``: a ``BenchDevice`` or what ``bench.device.resolve`` takes (``auto``, ``cpu``, ``cuda``,
-    ``npu``); the model and the batch are moved there (training updates the model's parameters: pass a copy to
+    training). ``device``: a ``BenchDevice`` or a ``--device`` word (``auto``, ``cpu``, ``cuda``, ``npu``:
+    :meth:`BenchDevice.open`); the model and the batch are moved there (training updates the model's parameters: pass a copy to
     keep them; the model's training flag is restored). ``batch_size`` is the number of samples in the batch, for
     the throughput (default: the first dimension of its first tensor). ``name`` labels the record (default: the
     model's class name). An OOM or an error is the record's ``status`` (``oom``/``error``), as in a sweep.
@@ -552,11 +552,10 @@ def bench_module(
     import torch
     from torch.utils._pytree import tree_map
 
-    from ascendify.bench.device import resolve
     from ascendify.workloads import batchspec, models
 
     kwargs = dict(kwargs or {})
-    dev = device if isinstance(device, BenchDevice) else resolve(str(device))
+    dev = device if isinstance(device, BenchDevice) else BenchDevice.open(str(device))
     first = _first_tensor((args, kwargs))
     inferred = batch_size is None
     if batch_size is None:

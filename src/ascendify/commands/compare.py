@@ -316,7 +316,7 @@ def run_model_compare(args):
     resolved = {}
     for dev, what in ((gdev, f"--golden {args.golden_spec}"), (tdev, f"--target {args.target_spec}")):
         try:
-            resolved[dev] = placement.resolve_device(dev)[0] if dev.split(":")[0] != "cpu" else dev
+            resolved[dev] = placement.resolve(dev).device if dev.split(":")[0] != "cpu" else dev
         except placement.DeviceSpecError as e:
             raise SettingError(f"{what}: {e}") from None
         except placement.DeviceError as e:  # a device this machine does not have: exit 3, as in train and bench
@@ -361,7 +361,7 @@ def _overflow_run(args, result) -> None:
     from ascendify.workloads import factory
 
     tdev, tprec = _parse_setting(args.target_spec, "--target")
-    device = placement.resolve_device(tdev)[0] if tdev.split(":")[0] != "cpu" else tdev
+    device = placement.resolve(tdev).device if tdev.split(":")[0] != "cpu" else tdev
     torch.manual_seed(args.seed)
     target = factory.load_model(args.model)
     inputs, kwargs = loading.batch(args.inputs, target, seed=args.seed)
