@@ -7,7 +7,7 @@
   phase (``f`` forward and the rest, ``b`` backward, ``o`` inside ``optimizer.step()``), the overload name
   (``mm``, ``add.Tensor``), each tensor argument's shape, dtype and device, the scalar arguments, the Python ids
   of the tensors in and out (the dataflow the pattern finders follow), and the *site*: the innermost frame of the
-  user's code (:func:`ascendify.auto.record.is_user_file`: not torch, not a library, not ascendify) with the first
+  user's code (:func:`ascendify.program.frames.is_user_file`: not torch, not a library, not ascendify) with the first
   library frame below it (``via``: ``torch/nn/functional.py``). A backward call is credited to the line of the
   forward call that made its autograd node (the node's sequence number), not to ``loss.backward()``;
 * steps: an optimizer step of the first optimizer that stepped ends a step; a program without an optimizer has
@@ -33,6 +33,8 @@ import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any
+
+from ascendify.program import frames
 
 SCHEMA = "ascendify.advise.trace/1"
 
@@ -421,7 +423,10 @@ class Tracer:
 
     def _site(self) -> tuple[int, Any]:
         """``(site index, fused)``: the user's frame above the current op, and ``(frame, name)`` of the outermost
-        emulated fused operator on the way (None when the op is not part of one)."""
+        emulated fused operator on the way (None when the op is not part of one). The user's frame is
+        :func:`ascendify.program.frames.user_frame`'s (``is_user_file``); this walk is its own because it also
+        reads every frame on the way (the fused op, the library the call came through), in the same pass, per op
+        of the step."""
         f = sys._getframe(3)
         kinds = self._code_kind
         via = None
@@ -450,12 +455,10 @@ class Tracer:
         return -1, fused
 
     def _classify(self, code) -> Any:
-        from ascendify.auto.record import is_user_file
-
         fn = code.co_filename
         if fn.startswith("<"):
             return None
-        if is_user_file(fn):
+        if frames.is_user_file(fn):
             return True
         path = os.path.abspath(fn)
         if path.startswith(_FUSED_DIR) and code.co_name in _fused_names():
@@ -549,20 +552,16 @@ class Tracer:
         return self._site_from(sys._getframe(2))
 
     def _site_from(self, f) -> int:
-        while f is not None:
-            code = f.f_code
-            k = self._code_kind.get(code, 0)
-            if k == 0:
-                k = self._code_kind[code] = self._classify(code)
-            if k is True:
-                key = (code.co_filename, f.f_lineno, code.co_name, None)
-                i = self._site_index.get(key)
-                if i is None:
-                    i = self._site_index[key] = len(self.trace.sites)
-                    self.trace.sites.append(Site(code.co_filename, f.f_lineno, code.co_name, None))
-                return i
-            f = f.f_back
-        return -1
+        f = frames.user_frame(frame=f, skip=frames.LIBRARIES)
+        if f is None:
+            return -1
+        code = f.f_code
+        key = (code.co_filename, f.f_lineno, code.co_name, None)
+        i = self._site_index.get(key)
+        if i is None:
+            i = self._site_index[key] = len(self.trace.sites)
+            self.trace.sites.append(Site(code.co_filename, f.f_lineno, code.co_name, None))
+        return i
 
     def _patch_dataloader(self, torch) -> None:
         from torch.utils.data import DataLoader

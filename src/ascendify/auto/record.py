@@ -10,11 +10,15 @@ from __future__ import annotations
 
 import contextlib
 import os
+import runpy
 import sys
 import sysconfig
 from collections.abc import Callable
 from functools import cache
 from typing import Any
+
+from ascendify.program import frames
+from ascendify.program.frames import is_user_file
 
 
 class UnsupportedOnTarget(RuntimeError):
@@ -22,73 +26,16 @@ class UnsupportedOnTarget(RuntimeError):
 
 
 # ---------------------------------------------------------------------------------------------- call sites
+# The walks are :func:`ascendify.program.frames.user_frame`'s; what is user code is its ``is_user_file``.
 
-
-@cache
-def _skip_roots() -> tuple[str, ...]:
-    """Folders whose frames are never a call site: torch, this package, runpy/importlib machinery."""
-    roots = [os.path.dirname(os.path.abspath(__file__))]
-    torch = sys.modules.get("torch")
-    if torch is not None and getattr(torch, "__file__", None):
-        roots.append(os.path.dirname(os.path.abspath(torch.__file__)))
-    import runpy
-
-    roots.append(os.path.abspath(runpy.__file__))
-    return tuple(roots)
-
-
-@cache
-def _library_roots() -> tuple[str, ...]:
-    """Folders that hold library code (stdlib, site-packages, torch, ascendify itself)."""
-    roots = set()
-    for key in ("stdlib", "platstdlib", "purelib", "platlib"):
-        p = sysconfig.get_paths().get(key)
-        if p:
-            roots.add(os.path.abspath(p))
-    for p in sys.path:
-        if p and ("site-packages" in p or "dist-packages" in p):
-            roots.add(os.path.abspath(p))
-    roots.add(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the ascendify package
-    roots.update(_skip_roots())
-    return tuple(sorted(roots))
-
-
-_USER_CACHE: dict[str, bool] = {}
-_USER_ROOTS: list[str] = [os.path.abspath(p) for p in os.environ.get("ASCENDIFY_USER_CODE", "").split(os.pathsep) if p]
-
-
-def add_user_root(path: str) -> None:
-    """Count files under ``path`` as user code even inside site-packages (the ``-m`` entry package, or the
-    folders in ``ASCENDIFY_USER_CODE``)."""
-    p = os.path.abspath(path)
-    if p not in _USER_ROOTS:
-        _USER_ROOTS.append(p)
-        _USER_CACHE.clear()
-
-
-def is_user_file(filename: str) -> bool:
-    """True when ``filename`` is the user's code rather than a library (torch, site-packages, stdlib, ascendify).
-
-    >>> is_user_file(os.__file__)
-    False
-    """
-    r = _USER_CACHE.get(filename)
-    if r is None:
-        if filename.startswith("<"):
-            r = False
-        else:
-            path = os.path.abspath(filename)
-            r = any(path == root or path.startswith(root + os.sep) for root in _USER_ROOTS) or not any(
-                path == root or path.startswith(root + os.sep) for root in _library_roots())
-        _USER_CACHE[filename] = r
-    return r
+_GENERATED = frames.Skip(lambda filename: filename.startswith("<"))
+# call_site's fallback when no frame is the user's: the first outside torch, ascendify and runpy (a library's)
+_NOT_A_SITE = frames.passing(prefixes=(os.path.abspath(runpy.__file__),))
 
 
 def caller_is_user(depth: int = 2) -> bool:
     """True when the nearest real frame above ``depth`` (skipping ``<string>``-style frames) is user code."""
-    f = sys._getframe(depth)
-    while f is not None and f.f_code.co_filename.startswith("<"):
-        f = f.f_back
+    f = frames.user_frame(depth, _GENERATED)
     return f is not None and is_user_file(f.f_code.co_filename)
 
 
@@ -143,6 +90,9 @@ def _site_roots() -> tuple[str, ...]:
     return tuple(sorted(roots, key=len, reverse=True))
 
 
+_PASSES_ON = frames.Skip(lambda filename: _owner(filename) == "")
+
+
 def calling_library(depth: int = 2) -> str | None:
     """None when the call above ``depth`` was made by the user's code itself; otherwise the name of the library
     that made it (``"torch"`` while dynamo/inductor compile or trace, ``"transformers"``...).
@@ -152,37 +102,18 @@ def calling_library(depth: int = 2) -> str | None:
     ``torch.cuda.amp.autocast`` or ``torch.multiprocessing.spawn``); a frame of torch's compilers or of another
     library means that code called it, even when the user's code is further up the stack. Cheap: a few frames and
     a dict lookup per frame."""
-    f = sys._getframe(depth)
-    while f is not None:
-        o = _owner(f.f_code.co_filename)
-        if o:
-            return None if o == "user" else o
-        f = f.f_back
-    return None
-
-
-def short_path(path: str) -> str:
-    try:
-        rel = os.path.relpath(path)
-    except ValueError:
-        return path
-    return path if rel.startswith("..") else rel
+    f = frames.user_frame(depth, _PASSES_ON)
+    if f is None:
+        return None
+    o = _owner(f.f_code.co_filename)
+    return None if o == "user" else o
 
 
 def call_site(depth: int = 2) -> str:
     """``file:line`` of the first user frame above ``depth``; failing that, the first frame outside torch,
     ascendify and runpy (a library that called the API itself)."""
-    f = sys._getframe(depth)
-    roots = _skip_roots()
-    fallback = None
-    while f is not None:
-        fn = f.f_code.co_filename
-        if is_user_file(fn):
-            return f"{short_path(fn)}:{f.f_lineno}"
-        if fallback is None and not fn.startswith("<") and not any(fn.startswith(r) for r in roots):
-            fallback = f"{short_path(fn)}:{f.f_lineno}"
-        f = f.f_back
-    return fallback or "<unknown>"
+    f = frames.user_frame(depth, frames.LIBRARIES) or frames.user_frame(depth, _NOT_A_SITE)
+    return frames.site(f, "<unknown>")
 
 
 _TOOL = [0]  # above 0 while ascendify itself calls a redirected API (port's observer seeding a run)
