@@ -549,10 +549,11 @@ class Tracer:
 
     def _site_py(self) -> int:
         """The user's site of a Python-level call (one frame less than an ATen call's)."""
-        return self._site_from(sys._getframe(2))
+        return self._site_from(2)
 
-    def _site_from(self, f) -> int:
-        f = frames.user_frame(frame=f, skip=frames.LIBRARIES)
+    def _site_from(self, depth: int) -> int:
+        """The site of the user's frame from ``depth`` frames above the caller outwards."""
+        f = frames.user_frame(depth + 1, frames.LIBRARIES)
         if f is None:
             return -1
         code = f.f_code
@@ -602,7 +603,7 @@ class Tracer:
         except Exception:  # noqa: BLE001
             samples = None
         self.trace.dataloaders.append({
-            "site": self._site_from(sys._getframe(2)),
+            "site": self._site_from(2),
             "num_workers": int(getattr(loader, "num_workers", 0) or 0),
             "pin_memory": bool(getattr(loader, "pin_memory", False)),
             "drop_last": bool(getattr(loader, "drop_last", False)),
@@ -620,7 +621,7 @@ class Tracer:
         def __init__(opt, params, defaults, *args, **kwargs):  # noqa: N807
             orig(opt, params, defaults, *args, **kwargs)
             try:
-                site = tracer._site_from(sys._getframe(1))
+                site = tracer._site_from(1)
                 n = sum(p.numel() for g in opt.param_groups for p in g["params"])
                 tensors = sum(len(g["params"]) for g in opt.param_groups)
                 tracer.trace.optimizers.append({
@@ -684,7 +685,7 @@ class Tracer:
         if self._module_depth == 1 and self.active and len(self.trace.model_calls) < 64:
             calls = self.trace.model_calls
             if not calls or calls[-1]["step"] != self.step or calls[-1]["class"] != type(module).__name__:
-                calls.append({"step": self.step, "site": self._site_from(sys._getframe(1)),
+                calls.append({"step": self.step, "site": self._site_from(1),
                               "class": type(module).__name__,
                               "params": bool(next(iter(module.parameters(recurse=False)), None) is not None
                                              or any(True for _ in module.children()))})

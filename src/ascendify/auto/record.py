@@ -18,7 +18,7 @@ from functools import cache
 from typing import Any
 
 from ascendify.program import frames
-from ascendify.program.frames import is_user_file
+from ascendify.program.frames import is_user_file, user_frame
 
 
 class UnsupportedOnTarget(RuntimeError):
@@ -29,14 +29,19 @@ class UnsupportedOnTarget(RuntimeError):
 # The walks are :func:`ascendify.program.frames.user_frame`'s; what is user code is its ``is_user_file``.
 
 _GENERATED = frames.Skip(lambda filename: filename.startswith("<"))
+_LIBRARY = frames.LIBRARIES.cache
 # call_site's fallback when no frame is the user's: the first outside torch, ascendify and runpy (a library's)
 _NOT_A_SITE = frames.passing(prefixes=(os.path.abspath(runpy.__file__),))
 
 
 def caller_is_user(depth: int = 2) -> bool:
     """True when the nearest real frame above ``depth`` (skipping ``<string>``-style frames) is user code."""
-    f = frames.user_frame(depth, _GENERATED)
-    return f is not None and is_user_file(f.f_code.co_filename)
+    f = user_frame(depth, _GENERATED)
+    if f is None:
+        return False
+    fn = f.f_code.co_filename
+    library = _LIBRARY.get(fn)  # is_user_file's cached answer, read inline: this is on every redirected call
+    return not (frames.LIBRARIES(fn) if library is None else library)
 
 
 _OWNER_CACHE: dict[str, str] = {}
@@ -90,23 +95,13 @@ def _site_roots() -> tuple[str, ...]:
     return tuple(sorted(roots, key=len, reverse=True))
 
 
+# Who made a call: the nearest frame that is not ascendify, the standard library, generated code or torch's plain
+# API decides (user_frame past the files whose _owner is ""). A user's frame there means the user called the API
+# (directly, or through a torch wrapper such as ``torch.cuda.amp.autocast`` or ``torch.multiprocessing.spawn``); a
+# frame of torch's compilers or of another library means that code called it (``"torch"`` while dynamo/inductor
+# compile or trace, ``"transformers"``), even when the user's code is further up the stack. Recorder.hit and noop
+# read the frame's owner from _OWNER_CACHE (filled by this skip's test): a few frames and a dict lookup each.
 _PASSES_ON = frames.Skip(lambda filename: _owner(filename) == "")
-
-
-def calling_library(depth: int = 2) -> str | None:
-    """None when the call above ``depth`` was made by the user's code itself; otherwise the name of the library
-    that made it (``"torch"`` while dynamo/inductor compile or trace, ``"transformers"``...).
-
-    The nearest frame that is not ascendify, the standard library, generated code or torch's plain API decides: a
-    user's frame there means the user called the API (directly, or through a torch wrapper such as
-    ``torch.cuda.amp.autocast`` or ``torch.multiprocessing.spawn``); a frame of torch's compilers or of another
-    library means that code called it, even when the user's code is further up the stack. Cheap: a few frames and
-    a dict lookup per frame."""
-    f = frames.user_frame(depth, _PASSES_ON)
-    if f is None:
-        return None
-    o = _owner(f.f_code.co_filename)
-    return None if o == "user" else o
 
 
 def call_site(depth: int = 2) -> str:
@@ -161,11 +156,17 @@ class Recorder:
 
     # hot path: a short walk to the nearest caller that is not ascendify, and one dict lookup
     def hit(self, api: str, detail: str = "") -> None:
-        by = "ascendify" if _TOOL[0] else calling_library(2)  # from hit's caller up: ascendify's frames pass on
-        if by is not None:
+        if _TOOL[0]:
+            return self._indirect("ascendify", "redirected", api, detail)
+        f = user_frame(1, _PASSES_ON)  # from hit's caller up: ascendify's frames pass on (see _PASSES_ON)
+        by = _OWNER_CACHE[f.f_code.co_filename] if f is not None else "user"
+        if by != "user":
             self._indirect(by, "redirected", api, detail)
             return
-        if self._count(self.redirected, api, detail, 3) and self.on_first is not None:
+        e = self.redirected.get(api)  # _count's common case, inline: an API seen before
+        if e is not None:
+            e[0] += 1
+        elif self._count(self.redirected, api, detail, 3) and self.on_first is not None:
             self.on_first()
 
     def _count(self, table: dict, key: Any, detail: str, depth: int) -> bool:
@@ -185,11 +186,18 @@ class Recorder:
             self.on_first()
 
     def noop(self, api: str, reason: str) -> None:
-        by = "ascendify" if _TOOL[0] else calling_library(2)  # from the caller up: ascendify's frames pass on
-        if by is not None:
+        if _TOOL[0]:
+            return self._indirect("ascendify", "no_effect", api, reason)
+        f = user_frame(1, _PASSES_ON)  # from the caller up: ascendify's frames pass on (see _PASSES_ON)
+        by = _OWNER_CACHE[f.f_code.co_filename] if f is not None else "user"
+        if by != "user":
             self._indirect(by, "no_effect", api, reason)
             return
-        self._count(self.no_effect, api, reason, 3)
+        e = self.no_effect.get(api)  # _count's common case, inline
+        if e is not None:
+            e[0] += 1
+        else:
+            self._count(self.no_effect, api, reason, 3)
 
     def unsupported_call(self, api: str, reason: str, ignorable: bool = False) -> None:
         """Record an unsupported call; raise :class:`UnsupportedOnTarget` unless it is ignorable and not strict."""

@@ -30,6 +30,7 @@ from functools import cache
 from types import FrameType
 
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the ascendify package's folder
+_getframe = sys._getframe
 _SEP = os.sep
 
 
@@ -47,24 +48,6 @@ class Skip:
         if r is None:
             r = self.cache[filename] = bool(self.test(filename))
         return r
-
-
-def user_frame(depth: int = 1, skip: Skip | None = None, *, frame: FrameType | None = None) -> FrameType | None:
-    """The first frame, from ``depth`` frames above the caller outwards (``sys._getframe(depth)`` as the caller
-    would write it; or from ``frame``), whose file ``skip`` (default :data:`TOOLS`) does not pass over; None
-    when every frame is passed over."""
-    f = frame if frame is not None else sys._getframe(depth + 1)
-    skip = TOOLS if skip is None else skip
-    cache, test = skip.cache, skip.test
-    while f is not None:
-        fn = f.f_code.co_filename
-        s = cache.get(fn)
-        if s is None:
-            s = cache[fn] = bool(test(fn))
-        if not s:
-            return f
-        f = f.f_back
-    return None
 
 
 def site(frame: FrameType | None, default: str = "?") -> str:
@@ -102,6 +85,26 @@ def _is_tool(filename: str) -> bool:
 
 
 TOOLS = Skip(_is_tool)
+
+def user_frame(depth: int = 1, skip: Skip = TOOLS) -> FrameType | None:
+    """The first frame, from ``depth`` frames above the caller outwards (``sys._getframe(depth)`` as the caller
+    would write it), whose file ``skip`` does not pass over; None when every frame is passed over.
+
+    On the hot paths (every redirected call, every dumped op): positional parameters only (a keyword-only one
+    keeps CPython 3.11 from specialising the call), one dict lookup per frame."""
+    f = _getframe(depth + 1)
+    cache = skip.cache
+    while f is not None:
+        fn = f.f_code.co_filename
+        try:
+            s = cache[fn]
+        except KeyError:
+            s = skip(fn)
+        if not s:
+            return f
+        f = f.f_back
+    return None
+
 
 _USER_ROOTS: list[str] = [os.path.abspath(p) for p in os.environ.get("ASCENDIFY_USER_CODE", "").split(os.pathsep)
                           if p]

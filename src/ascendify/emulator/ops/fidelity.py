@@ -47,11 +47,10 @@ _PAST_LIBS = frames.passing(contains=_LIB_DIRS, base=None)
 
 def _user_stacklevel() -> int:
     """The ``stacklevel`` that points a warning at the first frame outside the emulator and torch."""
-    start = sys._getframe(2)
-    user = frames.user_frame(frame=start, skip=_PAST_LIBS)
+    user = frames.user_frame(2, _PAST_LIBS)
     if user is None:
         return 2
-    level, f = 2, start
+    level, f = 2, sys._getframe(2)
     while f is not user:
         f = f.f_back
         level += 1
