@@ -3,7 +3,8 @@
 Each module exposes ``HELP`` (one line), optionally ``DESCRIPTION``, ``add_arguments(parser)`` and
 ``run(args) -> int``, and imports nothing heavy at module level: no torch, no numpy, no matplotlib, and not the
 capability package itself (``ascendify --help`` and ``ascendify migrate`` run where torch is not installed).
-``run`` imports the capability it drives.
+``run`` imports the capability it drives. A verb that runs something on a device takes it with
+:func:`add_device_argument`: the same ``--device`` words, with the same meaning, in every verb.
 """
 
 from __future__ import annotations

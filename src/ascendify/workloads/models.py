@@ -316,6 +316,8 @@ _BUILDERS: dict[str, Callable] = {
 
 
 def _build_from_factory(spec: str, **kwargs):
+    """A user's model, loaded by :mod:`ascendify.workloads.factory` (a name called with the keywords it accepts),
+    with the attributes the zoo's models carry; ``kwargs`` is updated with the sizes the factory chose."""
     import torch.nn as nn
 
     s = factory.parse_spec(spec)
