@@ -7,15 +7,24 @@ singleton), and in that process rounds with and without the dump alternate, so t
 on a busy machine. One thread; the clock is process CPU time (``--clock wall`` for wall time). Each round is
 ``--iters`` forward passes; the dump is started before and stopped (written) after each pass, one step per pass.
 
-    python benchmarks/dump_overhead.py [--batch 32] [--seq 64] [--d-model 256] [--layers 2] [--rounds 7] [--iters 3]
-                                       [--no-grad] [--variants ours-api,ours-mix,ours-mix-tensors,...] [--json FILE]
+    python benchmarks/dump_overhead.py [--config standard,short] [--rounds N] [--iters N] [--no-grad]
+                                       [--variants ours-api,ours-mix,ours-mix-tensors,...] [--json FILE]
+    python benchmarks/dump_overhead.py --batch 1 --seq 8 [--d-model 256] [--layers 2] ...   (one custom config)
+
+Configurations (both by default):
+
+* ``standard``: batch 32 x seq 64, a ~100 ms forward on a 2-core EPYC, where reading the tensors is most of the cost;
+* ``short``: the same model at batch 8 x seq 64, a 22-30 ms forward, where the fixed cost per recorded call (the same
+  69 nodes) weighs four times as much: what a user bisecting a precision problem on a small repro pays.
 
 The model: token embedding, ``--layers`` pre-norm blocks (attention written out with matmul/softmax, GELU MLP of
 4 x ``--d-model``), a final LayerNorm and a linear head over a 1,000-token vocabulary.
 
-Prints a table of median seconds per forward, the median over rounds of each round's ratio to no dump (goal: ours
-at mix <= 1.2x; the issue measured msprobe at 2.4x for L1 and 3.7x for mix) with its range, and the number of nodes
-each dump recorded.
+Prints the machine's load (``os.getloadavg``, before and after: the figures are only comparable on an idle machine),
+then per configuration a table of median milliseconds per forward without and with the dump, the median over rounds
+of each round's ratio to no dump (goal: ours at mix <= 1.2x on both; the issue measured msprobe at 2.4x for L1 and
+3.7x for mix) with the middle half (interquartile range) and the whole range of those ratios, and the number of
+nodes each dump recorded.
 """
 
 from __future__ import annotations
@@ -30,6 +39,12 @@ import tempfile
 import time
 
 VARIANTS = ["ours-api", "ours-mix", "ours-mix-tensors", "msprobe-L1", "msprobe-mix"]
+
+# name -> (batch, seq, d_model, layers, rounds, iters): rounds of similar length in both
+CONFIGS = {
+    "standard": (32, 64, 256, 2, 9, 3),
+    "short": (8, 64, 256, 2, 15, 10),
+}
 
 
 def make_model(torch, vocab=1000, d=256, heads=4, layers=2, ff=None):
@@ -144,8 +159,10 @@ def worker(variant: str, a) -> dict:
     nodes = _count_nodes(out)
     b, d = statistics.median(base), statistics.median(dumped)
     ratios = [y / x for x, y in zip(base, dumped, strict=True)]  # each round's pair ran under the same load
+    q = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else [ratios[0]] * 3
     return {"variant": variant, "base_s": b, "dump_s": d, "ratio": statistics.median(ratios),
-            "ratio_min": min(ratios), "ratio_max": max(ratios), "nodes": nodes}
+            "ratio_min": min(ratios), "ratio_max": max(ratios), "ratio_q1": q[0], "ratio_q3": q[2],
+            "rounds": len(ratios), "nodes": nodes}
 
 
 def _count_nodes(out: str) -> int | None:
@@ -156,14 +173,66 @@ def _count_nodes(out: str) -> int | None:
     return None
 
 
+def _load() -> str:
+    try:
+        one, five, fifteen = os.getloadavg()
+    except OSError:
+        return "unknown"
+    return f"{one:.2f}, {five:.2f}, {fifteen:.2f}"
+
+
+def _run_config(name: str, cfg: tuple, a, env: dict, have_msprobe: bool) -> dict:
+    batch, seq, d_model, layers, rounds, iters = cfg
+    results = []
+    for v in a.variants.split(","):
+        if v.startswith("msprobe") and not have_msprobe:
+            print(f"{v}: skipped (mindstudio-probe is not installed)", file=sys.stderr)
+            continue
+        args = [sys.executable, __file__, "--worker", v, "--batch", str(batch), "--seq", str(seq),
+                "--rounds", str(rounds), "--iters", str(iters), "--clock", a.clock,
+                "--d-model", str(d_model), "--layers", str(layers)]  # fmt: skip
+        if a.no_grad:
+            args.append("--no-grad")
+        print(f"{name}: running {v} ...", file=sys.stderr, flush=True)
+        r = subprocess.run(args, capture_output=True, text=True, env=env)
+        if r.returncode != 0:
+            print(f"{v}: failed\n{r.stderr[-2000:]}", file=sys.stderr)
+            continue
+        results.append(json.loads(r.stdout.strip().splitlines()[-1]))
+    return {"config": name, "batch": batch, "seq": seq, "d_model": d_model, "layers": layers, "rounds": rounds,
+            "iters": iters, "results": results}
+
+
+def _print_config(c: dict, mode: str) -> None:
+    from ascendify import report
+
+    cols = [
+        report.Column("variant"),
+        report.Column("base_ms", "plain ms", kind="number"),
+        report.Column("dump_ms", "dump ms", kind="number"),
+        report.Column("ratio", "ratio", kind="number"),
+        report.Column("iqr", "mid half"),
+        report.Column("range", "range"),
+        report.Column("nodes", "nodes", kind="number"),
+    ]
+    rows = [{"variant": r["variant"], "base_ms": round(r["base_s"] * 1e3, 2), "dump_ms": round(r["dump_s"] * 1e3, 2),
+             "ratio": f"{r['ratio']:.2f}x", "iqr": f"{r['ratio_q1']:.2f}-{r['ratio_q3']:.2f}",
+             "range": f"{r['ratio_min']:.2f}-{r['ratio_max']:.2f}", "nodes": r["nodes"]}
+            for r in c["results"]]  # fmt: skip
+    title = (f"{c['config']}: batch {c['batch']} x {c['seq']}, d {c['d_model']} x {c['layers']} layers, {mode}, "
+             f"{c['rounds']} paired rounds of {c['iters']}")
+    report.print_table(cols, rows, title=title)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--batch", type=int, default=32)
-    p.add_argument("--seq", type=int, default=64)
-    p.add_argument("--d-model", type=int, default=256)
-    p.add_argument("--layers", type=int, default=2)
-    p.add_argument("--rounds", type=int, default=7)
-    p.add_argument("--iters", type=int, default=3)
+    p.add_argument("--config", default="standard,short", help="standard, short or both (comma-separated)")
+    p.add_argument("--batch", type=int, help="a custom configuration (with --seq, --d-model, --layers)")
+    p.add_argument("--seq", type=int)
+    p.add_argument("--d-model", type=int)
+    p.add_argument("--layers", type=int)
+    p.add_argument("--rounds", type=int, help="paired rounds (default: the configuration's)")
+    p.add_argument("--iters", type=int, help="forward passes a round (default: the configuration's)")
     p.add_argument("--clock", choices=["cpu", "wall"], default="cpu")
     p.add_argument("--no-grad", action="store_true", help="time an inference forward (no backward hooks)")
     p.add_argument("--variants", default=",".join(VARIANTS))
@@ -171,8 +240,21 @@ def main(argv=None) -> int:
     p.add_argument("--worker", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.worker:
+        a.batch, a.seq, a.d_model, a.layers = a.batch or 32, a.seq or 64, a.d_model or 256, a.layers or 2
+        a.rounds, a.iters = a.rounds or 7, a.iters or 3
         print(json.dumps(worker(a.worker, a)))
         return 0
+    if any(x is not None for x in (a.batch, a.seq, a.d_model, a.layers)):
+        std = CONFIGS["standard"]
+        configs = {"custom": (a.batch or std[0], a.seq or std[1], a.d_model or std[2], a.layers or std[3],
+                              std[4], std[5])}  # fmt: skip
+    else:
+        names = [n.strip() for n in a.config.split(",") if n.strip()]
+        bad = [n for n in names if n not in CONFIGS]
+        if bad or not names:
+            p.error(f"--config: {', '.join(bad) or 'empty'}; choose from {', '.join(CONFIGS)}")
+        configs = {n: CONFIGS[n] for n in names}
+    configs = {n: (*c[:4], a.rounds or c[4], a.iters or c[5]) for n, c in configs.items()}
     try:
         import msprobe  # noqa: F401
 
@@ -180,42 +262,19 @@ def main(argv=None) -> int:
     except Exception:
         have_msprobe = False
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    results = []
-    for v in a.variants.split(","):
-        if v.startswith("msprobe") and not have_msprobe:
-            print(f"{v}: skipped (mindstudio-probe is not installed)", file=sys.stderr)
-            continue
-        args = [sys.executable, __file__, "--worker", v, "--batch", str(a.batch), "--seq", str(a.seq),
-                "--rounds", str(a.rounds), "--iters", str(a.iters), "--clock", a.clock,
-                "--d-model", str(a.d_model), "--layers", str(a.layers)]  # fmt: skip
-        if a.no_grad:
-            args.append("--no-grad")
-        print(f"running {v} ...", file=sys.stderr, flush=True)
-        r = subprocess.run(args, capture_output=True, text=True, env=env)
-        if r.returncode != 0:
-            print(f"{v}: failed\n{r.stderr[-2000:]}", file=sys.stderr)
-            continue
-        results.append(json.loads(r.stdout.strip().splitlines()[-1]))
-    from ascendify import report
-
-    cols = [
-        report.Column("variant"),
-        report.Column("base_ms", "no dump (ms)", kind="number"),
-        report.Column("dump_ms", "with dump (ms)", kind="number"),
-        report.Column("ratio", "ratio", kind="number"),
-        report.Column("range", "range"),
-        report.Column("nodes", "nodes", kind="number"),
-    ]
-    rows = [{"variant": r["variant"], "base_ms": round(r["base_s"] * 1e3, 2), "dump_ms": round(r["dump_s"] * 1e3, 2),
-             "ratio": f"{r['ratio']:.2f}x", "range": f"{r['ratio_min']:.2f}-{r['ratio_max']:.2f}",
-             "nodes": r["nodes"]} for r in results]  # fmt: skip
-    mode = "no_grad forward" if a.no_grad else "forward with autograd"
-    title = (f"dump overhead: transformer d={a.d_model} x {a.layers} layers, batch {a.batch} x seq {a.seq}, "
-             f"1 thread, {mode}")
-    report.print_table(cols, rows, title=title)
+    load_before = _load()
+    done = [_run_config(n, c, a, env, have_msprobe) for n, c in configs.items()]
+    load_after = _load()
+    mode = "no_grad" if a.no_grad else "autograd"
+    print(f"dump overhead: ratio = median of paired rounds ({a.clock} time, 1 thread)\n"
+          f"load (1, 5, 15 min): {load_before} before; {load_after} after; {os.cpu_count()} CPUs")
+    for c in done:
+        _print_config(c, mode)
     if a.json:
-        report.write_json(a.json, {"batch": a.batch, "seq": a.seq, "d_model": a.d_model, "layers": a.layers,
-                                   "no_grad": a.no_grad, "clock": a.clock, "results": results})  # fmt: skip
+        from ascendify import report
+
+        report.write_json(a.json, {"no_grad": a.no_grad, "clock": a.clock, "load_before": load_before,
+                                   "load_after": load_after, "cpus": os.cpu_count(), "configs": done})  # fmt: skip
     return 0
 
 

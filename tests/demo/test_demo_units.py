@@ -17,11 +17,16 @@ import ascendify.demo as demo_pkg
 from ascendify.core import knowledge
 from ascendify.port import checklist as cl
 from ascendify.port import jobs as jb
-from ascendify.port import runner
-from ascendify.port import steps as st
-from ascendify.port.steps import StepResult
+from ascendify.port import options, stages
+from ascendify.port import page as port_page
+from ascendify.port.observation import Observation
+from ascendify.port.options import ALL_STAGES, STAGE_IDS, Context, PortOptions
+from ascendify.port.result import PortResult
+from ascendify.port.stages.base import StageResult
+from ascendify.port.stages.migrate import _env_reads, _literal_count
+from ascendify.port.stages.train import port_command
 
-ALL = ",".join(st.STEP_IDS)
+ALL = ",".join(STAGE_IDS)
 
 
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
@@ -76,23 +81,23 @@ def test_history_of_an_observed_run():
     # a GAN-shaped run: two backwards a step (discriminator, generator); a step with one missing stays aligned
     obs = {"iterations": [{"step": 0, "seconds": 0.2, "losses": [1.0, 2.0]}, {"step": 1, "seconds": 0.1,
                                                                              "losses": [0.9]}]}
-    h = st.history_of(obs)
+    h = Observation.from_dict(obs).history()
     assert h["step"] == [0, 1] and h["loss"] == [1.0, 0.9] and h["step_time_ms"] == [200.0, 100.0]
     assert h["loss_2"][0] == 2.0 and math.isnan(h["loss_2"][1])
-    assert st.step_time(obs) == 0.1  # the first step (warm-up) left out
+    assert Observation.from_dict(obs).step_time() == 0.1  # the first step (warm-up) left out
     # an inference program: no step, the main model's output per call is the curve
     inf = {"iterations": [], "models": [{"index": 0, "params": 4, "optimizers": [],
                                          "outputs": [{"output_mean": 0.5, "output_abs_mean": 0.7}]}]}
-    assert st.history_of(inf) == {"step": [0], "output_mean": [0.5], "output_abs_mean": [0.7]}
-    assert st.history_of({}) == {"step": [], "step_time_ms": []}
+    assert Observation.from_dict(inf).history() == {"step": [0], "output_mean": [0.5], "output_abs_mean": [0.7]}
+    assert Observation.from_dict({}).history() == {"step": [], "step_time_ms": []}
 
 
 def test_port_command_means_the_npu_where_the_command_said_cuda():
-    assert st.port_command(["python", "train.py", "--device=cuda", "--out", "cuda"]) == [
+    assert port_command(["python", "train.py", "--device=cuda", "--out", "cuda"]) == [
         "python", "train.py", "--device=npu", "--out", "cuda"]
-    assert st.port_command(["train.py", "--device", "cuda:1", "--gpu", "0"]) == ["train.py", "--device", "npu:1",
+    assert port_command(["train.py", "--device", "cuda:1", "--gpu", "0"]) == ["train.py", "--device", "npu:1",
                                                                                 "--gpu", "0"]
-    assert st.port_command(["train.py", "--cuda", "--device=cpu"]) == ["train.py", "--cuda", "--device=cpu"]
+    assert port_command(["train.py", "--cuda", "--device=cpu"]) == ["train.py", "--cuda", "--device=cpu"]
 
 
 # --- checklist -----------------------------------------------------------------------------------------------------
@@ -108,12 +113,12 @@ def test_every_checklist_item_has_an_evaluator_with_a_doc_and_back():
     assert sections == {"environment", "code", "performance", "precision", "deployment"}
     for item in data["items"]:
         assert item["section"] in sections and item["question"].endswith("?") and item["how"], item["id"]
-        assert item["step"] in st.STEP_IDS, item["id"]
+        assert item["step"] in STAGE_IDS, item["id"]
         assert (cl.EVALUATORS[item["id"]].__doc__ or "").strip(), item["id"]
 
 
-def _steps(**facts) -> dict[str, StepResult]:
-    return {k: StepResult(k, status="ok", facts=v) for k, v in facts.items()}
+def _steps(**facts) -> dict[str, StageResult]:
+    return {k: StageResult(k, status="ok", facts=v) for k, v in facts.items()}
 
 
 def test_precision_items_fail_on_a_divergence():
@@ -144,10 +149,10 @@ def test_emulator_record_items():
 
 
 def test_steps_that_did_not_run_or_crashed_make_items_not_applicable_with_the_reason():
-    skipped = {"bench": StepResult("bench", status="skip", headline="skipped (--skip)")}
+    skipped = {"bench": StageResult("bench", status="skip", headline="skipped (--skip)")}
     v = cl.evaluate_item("perf.measured", skipped, "emulated")
     assert v.mark == "n/a" and "did not run (skipped (--skip))" in v.evidence
-    crashed = {"migrate": StepResult("migrate", status="error", headline="boom")}
+    crashed = {"migrate": StageResult("migrate", status="error", headline="boom")}
     v = cl.evaluate_item("code.sites-accounted", crashed, "emulated")
     assert v.mark == "n/a" and "failed" in v.evidence
 
@@ -184,8 +189,8 @@ def test_environment_scans_of_the_migrated_tree(tmp_path):
     (tmp_path / "a.py").write_text('import os\nv = os.environ.get("CUDA_VISIBLE_DEVICES")\n'
                                    'print("CUDA_VISIBLE_DEVICES is ignored")\nb = "nccl"  # backend\n'
                                    '# "nccl" in a comment\n')
-    assert st._env_reads(tmp_path, "CUDA_VISIBLE_DEVICES") == ["a.py:2"]
-    assert st._literal_count(tmp_path, "nccl") == ["a.py:4"]
+    assert _env_reads(tmp_path, "CUDA_VISIBLE_DEVICES") == ["a.py:2"]
+    assert _literal_count(tmp_path, "nccl") == ["a.py:4"]
 
 
 # --- the command ---------------------------------------------------------------------------------------------------
@@ -196,7 +201,7 @@ def test_everything_skipped_still_writes_the_report_and_json(tmp_path):
     assert p.returncode == 5, p.stderr  # nothing ran, so nothing is proven: never a bare OK
     data = json.loads(p.stdout)
     assert data["verdict"]["status"] == "not proven" and "the runs did not run" in data["verdict"]["text"]
-    assert {s["id"]: s["status"] for s in data["steps"]} == {**{s: "skip" for s in st.STEP_IDS},
+    assert {s["id"]: s["status"] for s in data["steps"]} == {**{s: "skip" for s in STAGE_IDS},
                                                              "checklist": "ok", "report": "ok"}
     assert data["checklist"]["n/a"] == len(data["checklist"]["items"]) and data["checklist"]["fail"] == 0
     assert (tmp_path / "o" / "report.html").is_file() and (tmp_path / "o" / "demo.json").is_file()
@@ -232,7 +237,7 @@ def test_usage_errors(tmp_path):
 
 
 def test_a_crashed_step_is_shown_in_the_report_and_exits_3(tmp_path, monkeypatch):
-    real = st.build_jobs
+    real = stages.build_jobs
 
     def crashing(ctx):
         jobs = real(ctx)
@@ -243,15 +248,13 @@ def test_a_crashed_step_is_shown_in_the_report_and_exits_3(tmp_path, monkeypatch
                 j.skipped = "skipped (test)"
         return jobs
 
-    monkeypatch.setattr(st, "build_jobs", crashing)
+    monkeypatch.setattr(stages, "build_jobs", crashing)
     result = demo_pkg.run_demo(demo_pkg.DemoOptions(out=tmp_path / "o", quick=True, device="cpu", lanes=1))
-    assert result.exit_code == runner.EXIT_STEP_FAILED
-    doctor = result.steps["doctor"]
+    assert result.exit_code == options.EXIT_STEP_FAILED
+    doctor = result.stages["doctor"]
     assert doctor.status == "error" and "status 7" in doctor.error and "doctor exploded here" in doctor.error
     assert result.verdict[0] == "error" and "doctor" in result.verdict[1]
-    from ascendify.port import render
-
-    text = render.summary_text(result, width=80)
+    text = port_page.summary_text(result, width=80)
     assert "doctor failed: doctor exited with status 7" in text and "logs/doctor.log" in text
     page = (tmp_path / "o" / "report.html").read_text()
     assert "doctor exploded here" in page and 'data-status="error"' in page
@@ -263,7 +266,7 @@ def test_a_crashed_step_is_shown_in_the_report_and_exits_3(tmp_path, monkeypatch
 
 
 def test_front_end_and_package_import_nothing_heavy():
-    code = ("import sys, ascendify.commands.demo, ascendify.demo, ascendify.port.checklist, ascendify.port.render\n"
+    code = ("import sys, ascendify.commands.demo, ascendify.demo, ascendify.port.checklist, ascendify.port.page\n"
             "heavy = [m for m in ('torch', 'numpy', 'matplotlib') if m in sys.modules]\n"
             "assert not heavy, heavy")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
@@ -278,36 +281,37 @@ def test_target_without_accelerators_is_the_emulated_npu(device):
         pytest.skip("a real torch_npu is installed here")
     if device == "auto" and __import__("shutil").which("nvidia-smi"):
         pytest.skip("a GPU may be present")
-    target, why = runner.resolve_target(device)
+    target, why = options.resolve_target(device)
     assert target == "emulated" and why
 
 
 def test_terminal_summary_fits_80_columns_whatever_the_lengths(tmp_path):
-    from ascendify.port import render
-
-    steps = {k: StepResult(k, status="ok", headline="word " * 30, seconds=1234.5) for k in st.ALL_STEPS}
-    steps["compare"].status = "fail"
+    results = {k: StageResult(k, status="ok", headline="word " * 30, seconds=1234.5) for k in ALL_STAGES}
+    results["compare"].status = "fail"
     item = {"id": "prec.curves", "mark": "✗", "evidence": "divergence within 0.05; leaves the band at step 3"}
-    result = demo_pkg.DemoResult(out=tmp_path / ("long-folder-name" * 8), target="emulated", target_reason="",
-                                 quick=False, steps=steps, checklist=[item], seconds=12345.6, cpu_seconds=9999.0,
-                                 lanes=2, verb="demo")
-    text = render.summary_text(result, width=80)
+    opts = PortOptions(project=tmp_path / "p", command=[], lanes=2, name="demo", shown_as="default sizes")
+    ctx = Context(opts, out=tmp_path / ("long-folder-name" * 8), project=tmp_path / "p", migrated=tmp_path / "n",
+                  command=[], target="emulated", target_reason="")
+    result = PortResult(ctx, results, checklist=[item], seconds=12345.6, cpu_seconds=9999.0)
+    text = port_page.summary_text(result, width=80)
     assert max(len(line) for line in text.splitlines()) <= 80
     assert text.splitlines()[0].startswith("ascendify demo: emulated NPU (host CPU), default sizes, 12346 s wall")
-    assert "FAIL: findings on the emulated NPU (host CPU)" in text and result.exit_code == runner.EXIT_FINDING
+    assert "FAIL: findings on the emulated NPU (host CPU)" in text and result.exit_code == options.EXIT_FINDING
     assert "✗ prec.curves: divergence within 0.05; leaves the band at step 3" in text
 
 
 def test_a_verb_missing_from_the_build_skips_its_step_visibly(tmp_path, monkeypatch):
-    monkeypatch.setattr(st, "verb_available", lambda verb: verb not in ("bench", "doctor", "migrate", "run",
+    from ascendify.port.stages import base
+
+    monkeypatch.setattr(base, "verb_available", lambda verb: verb not in ("bench", "doctor", "migrate", "run",
                                                                         "emulate"))
     result = demo_pkg.run_demo(demo_pkg.DemoOptions(out=tmp_path / "o", quick=True, device="cpu", lanes=1))
     assert result.exit_code == 5 and result.verdict[0] == "not proven"  # no run: nothing proven
-    doctor = result.steps["doctor"]
+    doctor = result.stages["doctor"]
     assert doctor.status == "skip" and doctor.headline == "skipped: ascendify doctor is not available in this build"
     # steps that wait on a skipped one say which
-    assert "needs train-golden, which did not run" in result.steps["compare"].to_dict()["jobs"][0]["skipped"]
-    assert "needs train-golden, which did not run" in result.steps["bench"].to_dict()["jobs"][0]["skipped"]
+    assert "needs train-golden, which did not run" in result.stages["compare"].to_dict()["jobs"][0]["skipped"]
+    assert "needs train-golden, which did not run" in result.stages["bench"].to_dict()["jobs"][0]["skipped"]
     assert "ascendify doctor is not available" in (tmp_path / "o" / "report.html").read_text()
 
 
@@ -332,21 +336,21 @@ def test_jobs_waiting_on_each_other_are_skipped_not_spun_on():
 
 def _ctx(tmp_path, target):
     project = demo_pkg.find_project()
-    return st.Context(out=tmp_path, project=project, migrated=tmp_path / "migrate" / "npu_project",
-                      command=demo_pkg.command(demo_pkg.QUICK) + ["--device=cuda"], target=target, target_reason="",
-                      lanes=2, steps=3)
+    command = demo_pkg.command(demo_pkg.QUICK) + ["--device=cuda"]
+    return Context(PortOptions(project=project, command=command, lanes=2, steps=3), out=tmp_path, project=project,
+                   migrated=tmp_path / "migrate" / "npu_project", command=command, target=target, target_reason="")
 
 
 def test_jobs_for_each_target(tmp_path):
-    emu = {j.name: j for j in st.build_jobs(_ctx(tmp_path, "emulated"))}
+    emu = {j.name: j for j in stages.build_jobs(_ctx(tmp_path, "emulated"))}
     t, g = emu["train-target"], emu["train-golden"]
-    assert t.argv[:3] == ["emulate", "--devices", "1"] and t.deps == ("stage-target",)
+    assert t.argv[:3] == ["emulate", "--devices", "1"] and t.deps == ("copy-target",)
     # each run works in a scratch copy: the project and the migrated copy are never written by a run
-    assert emu["stage-target"].deps == ("migrate",) and emu["stage-target"].argv[3].endswith("runs/target/tree/"
+    assert emu["copy-target"].deps == ("migrate",) and emu["copy-target"].argv[3].endswith("runs/target/tree/"
                                                                                                "cuda_project")
     # the project's neighbours are linked beside each copy (../data resolves as without port)
-    assert emu["stage-target"].argv[4:6] == ["--mirror", str(demo_pkg.find_project().parent)]
-    assert emu["stage-golden"].argv[2] == str(demo_pkg.find_project())
+    assert emu["copy-target"].argv[4:6] == ["--mirror", str(demo_pkg.find_project().parent)]
+    assert emu["copy-golden"].argv[2] == str(demo_pkg.find_project())
     assert t.argv[-1] == "--device=npu" and g.argv[-1] == "--device=cuda"  # the command's CUDA means the NPU there
     assert g.argv[:3] == ["run", "--to", "cpu"] and "ASCENDIFY_EMULATE" not in g.env
     # both runs are watched, stopped after the same steps, from the same seed, each in its own project
@@ -357,27 +361,28 @@ def test_jobs_for_each_target(tmp_path):
     assert t.cwd == str(tmp_path / "runs" / "target" / "tree" / "cuda_project")
     assert emu["bench-cpu"].exclusive and emu["bench-target"].exclusive  # timings run alone
     lock = emu["lockstep"].argv
-    assert lock[:2] == ["-m", "ascendify.port.lockstep"] and lock[lock.index("--target-device") + 1] == "npu"
+    assert lock[:2] == ["-m", "ascendify.port.lockstep_job"] and lock[lock.index("--target-device") + 1] == "npu"
     assert set(emu["lockstep"].deps) == {"train-golden", "train-target"}
     assert emu["bench-target"].argv[emu["bench-target"].argv.index("--device") + 1] == "npu"
     for j in emu.values():  # what the report shows names no machine path
         assert str(tmp_path) not in j.shown, j.shown
-    npu = {j.name: j for j in st.build_jobs(_ctx(tmp_path, "npu"))}
+    npu = {j.name: j for j in stages.build_jobs(_ctx(tmp_path, "npu"))}
     assert npu["train-target"].argv[:3] == ["run", "--to", "npu"]
-    cuda = {j.name: j for j in st.build_jobs(_ctx(tmp_path, "cuda"))}
+    cuda = {j.name: j for j in stages.build_jobs(_ctx(tmp_path, "cuda"))}
     t = cuda["train-target"]
-    assert t.argv[:3] == ["run", "--to", "cuda"] and t.deps == ("stage-target",) and t.argv[-1] == "--device=cuda"
-    assert cuda["stage-target"].deps == ()  # the original itself runs on the GPU: no migration to wait for
+    assert t.argv[:3] == ["run", "--to", "cuda"] and t.deps == ("copy-target",) and t.argv[-1] == "--device=cuda"
+    assert cuda["copy-target"].deps == ()  # the original itself runs on the GPU: no migration to wait for
     assert cuda["bench-target"].argv[cuda["bench-target"].argv.index("--device") + 1] == "cuda"
     for j in [*emu.values(), *npu.values(), *cuda.values()]:  # from the report folder: no path of its own
         assert j.shown and str(tmp_path) not in j.shown, j.shown
     # a project beside the report folder is named as the shell there reaches it, and every command runs as shown
     proj = tmp_path / "proj"
-    ctx = st.Context(out=tmp_path / "proj-npu-report", project=proj, migrated=tmp_path / "proj-npu",
-                     command=["python", "t.py"], target="emulated", target_reason="", lanes=1)
-    shown = {j.name: j.shown for j in st.build_jobs(ctx)}
+    ctx = Context(PortOptions(project=proj, command=["python", "t.py"], lanes=1), out=tmp_path / "proj-npu-report",
+                  project=proj, migrated=tmp_path / "proj-npu", command=["python", "t.py"], target="emulated",
+                  target_reason="")
+    shown = {j.name: j.shown for j in stages.build_jobs(ctx)}
     assert shown["migrate"] == "ascendify migrate ../proj -o ../proj-npu --to npu --report migrate/report"
-    assert shown["stage-golden"] == "python -m ascendify.port.stage ../proj runs/golden/tree/proj --mirror .."
+    assert shown["copy-golden"] == "python -m ascendify.port.copy_job ../proj runs/golden/tree/proj --mirror .."
     assert shown["train-golden"].startswith("cd runs/golden/tree/proj && ascendify run --to cpu -- python t.py")
 
 

@@ -118,6 +118,23 @@ def test_to_npu_after_set_device_lands_on_the_current_device(device_one):
     assert cpu.to("npu:0").device == torch.device("npu", 0)  # an explicit index is kept
 
 
+def test_a_lazy_module_moves_after_set_device(device_one):
+    """Once a device other than 0 has been current, ``Tensor.to`` is wrapped; a LazyModule's uninitialised
+    parameters still allow ``.to`` (PyTorch checks the method by identity), under a torch-function mode too."""
+    from torch.overrides import TorchFunctionMode
+
+    class Passthrough(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    m = torch.nn.Sequential(torch.nn.LazyLinear(3), torch.nn.ReLU())
+    with Passthrough():
+        m.to(torch.float32)
+    m.to("npu")
+    out = m(torch.randn(2, 5, device="npu"))
+    assert out.shape == (2, 3) and out.device == torch.device("npu", 1)
+
+
 def test_to_npu_in_single_device_mode_stays_on_device_zero(device_one):
     emu.settings.single_device = True
     x = torch.arange(3.0).to("npu")

@@ -150,7 +150,7 @@ def test_a_time_budget_stops_an_evaluation_loop_before_the_first_step(tmp_path):
     # what it saw is no inference program: no output curve stands in for the missing steps
     import time
 
-    from ascendify.port.steps import history_of
+    from ascendify.port.observation import Observation
 
     obs = observe.Observer(str(tmp_path), steps=5, seconds=0.3, seed=0, root=str(tmp_path))
     obs.install()  # as in a run: before the program builds anything
@@ -172,7 +172,8 @@ def test_a_time_budget_stops_an_evaluation_loop_before_the_first_step(tmp_path):
     assert time.monotonic() - t0 < 5 and calls > 3
     assert stop.value.reason == data["stopped"] == "time budget of 0.3 s spent before the first step"
     assert data["training"] is True and data["optimizers_built"] == ["AdamW"] and data["iterations"] == []
-    assert "output_mean" not in history_of(data) and history_of(data)["step"] == []
+    hist = Observation.from_dict(data).history()
+    assert "output_mean" not in hist and hist["step"] == []
     import signal
 
     assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)  # the timer is gone with the observer
@@ -199,6 +200,6 @@ def test_each_loss_column_names_its_backward_and_optimizer(tmp_path):
     s = [(x["series"], x["optimizer_index"], x["backward"], x["of"]) for x in data["loss_series"]]
     assert s == [("loss", 0, 1, 2), ("loss_2", 0, 2, 2), ("loss_3", 1, 1, 1)]
     assert [x["models"] for x in data["loss_series"]] == [["d"], ["d"], ["g"]]
-    from ascendify.port.render import series_text
+    from ascendify.port.stages.train import series_text
 
     assert series_text(data["loss_series"][2]) == "loss_3: the backward() before optimizer 2 (Adam).step(), of g"

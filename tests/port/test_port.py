@@ -13,7 +13,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from ascendify.port import steps
+from ascendify.port import stages
+from ascendify.port.observation import Observation
+from ascendify.port.stages.failures import first_user_frame
+
+from .port_support import make_context
 
 PROJECTS = Path(__file__).parent / "projects"
 
@@ -195,26 +199,26 @@ def test_weight_differences_are_findings_unless_every_weight_differs():
 def test_the_runs_commands_are_shown_as_they_run_from_the_report_folder(tmp_path):
     # the command's own NAME=VALUE words and the project's root on PYTHONPATH (a script below the root imports the
     # project's package), and the shell's && left unquoted on the page
-    from ascendify.port import render
+    from ascendify.port import page
 
-    ctx = steps.Context(out=tmp_path / "p-npu-report", project=tmp_path / "p", migrated=tmp_path / "p-npu",
-                        command=["python", "projects/adder/adder.py"], target="emulated", target_reason="", lanes=1,
-                        env={"PYTHONPATH": "/opt/deps"})
-    shown = {j.name: j.shown for j in steps.build_jobs(ctx)}
+    ctx = make_context(tmp_path / "p-npu-report", tmp_path / "p", tmp_path / "p-npu", ["python",
+                       "projects/adder/adder.py"], env={"PYTHONPATH": "/opt/deps"})
+    shown = {j.name: j.shown for j in stages.build_jobs(ctx)}
     assert shown["train-golden"] == ("cd runs/golden/tree/p && PYTHONPATH=.:/opt/deps ascendify run --to cpu -- "
                                      "python projects/adder/adder.py")
     assert shown["train-target"].startswith("cd runs/target/tree/p && PYTHONPATH=.:/opt/deps ascendify emulate ")
-    page = render.wrap_command(shown["train-golden"])
-    assert " && PYTHONPATH=.:/opt/deps ascendify" in page and "'&&'" not in page
+    text = page.wrap_command(shown["train-golden"])
+    assert " && PYTHONPATH=.:/opt/deps ascendify" in text and "'&&'" not in text
 
 
 def test_main_model_is_the_first_optimizers():
-    obs = {"optimizers": [{}, {}], "models": [{"index": 0, "params": 100, "optimizers": [1]},
-                                              {"index": 1, "params": 5, "optimizers": [0]},
-                                              {"index": 2, "params": 1000, "optimizers": []}]}
-    assert steps.main_model(obs)["index"] == 1
-    assert steps.main_model({"models": [{"index": 0, "params": 1}, {"index": 1, "params": 9}]})["index"] == 1
-    assert steps.main_model({}) is None
+    obs = Observation.from_dict({"optimizers": [{}, {}], "models": [{"index": 0, "params": 100, "optimizers": [1]},
+                                                                    {"index": 1, "params": 5, "optimizers": [0]},
+                                                                    {"index": 2, "params": 1000, "optimizers": []}]})
+    assert obs.main_model().index == 1
+    assert Observation.from_dict({"models": [{"index": 0, "params": 1}, {"index": 1, "params": 9}]}
+                                 ).main_model().index == 1
+    assert Observation.from_dict({}).main_model() is None
 
 
 def test_ctrl_c_stops_the_children_and_writes_the_partial_report(tmp_path):
@@ -252,15 +256,15 @@ def test_a_failure_is_named_by_its_exception_not_by_the_programs_last_line():
            "torch._inductor.exc.InductorError: LoweringException: AssertionError: \n"
            "  target: aten.var_mean.correction\n\n"
            "Set TORCHDYNAMO_VERBOSE=1 for the internal stack trace\n")
-    assert steps._first_user_frame(out) == ("model.py:28 in forward: InductorError: LoweringException: "
+    assert first_user_frame(out) == ("model.py:28 in forward: InductorError: LoweringException: "
                                             "AssertionError: target: aten.var_mean.correction")
     plain = "Traceback (most recent call last):\n  File \"/p/a.py\", line 3, in <module>\nValueError: bad value\n"
-    assert steps._first_user_frame(plain) == "a.py:3 in <module>: ValueError: bad value"
-    assert steps._first_user_frame("killed\n") == "killed"
+    assert first_user_frame(plain) == "a.py:3 in <module>: ValueError: bad value"
+    assert first_user_frame("killed\n") == "killed"
     # pytorch/examples' word LM without its train.txt: a bare AssertionError says nothing without its line
     bare = ('Traceback (most recent call last):\n  File "/r/tree/wlm/data.py", line 29, in tokenize\n'
             '    assert os.path.exists(path)\nAssertionError\n')
-    assert steps._first_user_frame(bare) == "data.py:29 in tokenize: AssertionError at `assert os.path.exists(path)`"
+    assert first_user_frame(bare) == "data.py:29 in tokenize: AssertionError at `assert os.path.exists(path)`"
 
 
 def test_a_compiled_trainer_compiles_on_both_sides_and_lockstep_runs_the_eager_model(tmp_path):
@@ -346,3 +350,10 @@ def test_a_program_that_reads_the_data_beside_its_folder_runs_as_without_port(tm
     shown = [j["command"] for s in data["steps"] for j in s["jobs"]]
     assert "ascendify migrate ../proj -o ../proj-npu --to npu --report migrate/report" in shown
     assert (rep / "runs" / "golden" / "tree" / "data").is_symlink()
+    # "Make it fast on the NPU": advise traced the migrated run; its loss.item() each step is a sync at its line,
+    # and the observer's own reads of the loss and the output are no sync of the program's
+    syncs = [f for f in data["advise"]["findings"] if f["rule"] == "ADV101"]
+    assert [f["code"].strip() for f in syncs] == ['print("step", step, "loss", loss.item())']
+    assert "Make it fast on the NPU" in (rep / "report.html").read_text()
+    perf = next(i for i in data["checklist"]["items"] if i["id"] == "perf.advice")
+    assert perf["mark"] == "✓" and perf["evidence"].startswith("advise on the migrated run: ")

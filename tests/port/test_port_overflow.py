@@ -17,7 +17,12 @@ import torch.nn as nn
 
 from ascendify.port import checklist as cl
 from ascendify.port import observe
-from ascendify.port import steps as st
+from ascendify.port.observation import Observation
+from ascendify.port.options import Context
+from ascendify.port.stages.base import StageResult, number_text
+from ascendify.port.stages.overflow import read_overflow
+
+from .port_support import make_context
 
 PROJECTS = Path(__file__).parent / "projects"
 
@@ -50,7 +55,7 @@ def _line(path: Path, marker: str) -> int:
     return next(i for i, text in enumerate(path.read_text().splitlines(), 1) if marker in text)
 
 
-def _watched_run(tmp_path: Path, gain: float, steps: int = 2) -> tuple[st.Context, st.StepResult]:
+def _watched_run(tmp_path: Path, gain: float, steps: int = 2) -> tuple[Context, StageResult]:
     """A float16 training loop under the observer with the overflow watch on, as the migrated run of a port
     writes it (runs/target), and the train step's result as read_train would hold it."""
     torch.manual_seed(0)
@@ -68,10 +73,9 @@ def _watched_run(tmp_path: Path, gain: float, steps: int = 2) -> tuple[st.Contex
                 opt.step()
     finally:
         data = obs.finish(0)
-    ctx = st.Context(out=tmp_path, project=tmp_path, migrated=tmp_path, command=["python", "t.py"],
-                     target="emulated", target_reason="", lanes=1, overflow=True)
-    train = st.StepResult("train", status="ok", headline="x", facts={
-        "runs": {"target": {"returncode": 0}}, "models": {"target": st.describe_models(data)}})
+    ctx = make_context(tmp_path, tmp_path, tmp_path, ["python", "t.py"], overflow=True)
+    train = StageResult("train", status="ok", headline="x", facts={
+        "runs": {"target": {"returncode": 0}}, "models": {"target": Observation.from_dict(data).model_rows()}})
     return ctx, train
 
 
@@ -80,7 +84,7 @@ def test_an_fp16_overflow_is_named_with_its_module_file_line_and_dtype(tmp_path)
     raw = json.loads((tmp_path / "runs" / "target" / "overflow.json").read_text())
     assert raw["overflows"] >= 2 and raw["steps_seen"] == 2  # each step's forward overflows
     assert [f["iteration"] for f in raw["findings"] if f["direction"] == "forward"][:2] == [0, 1]
-    o = train.facts["overflow"] = st.read_overflow(ctx, train)
+    o = train.facts["overflow"] = read_overflow(ctx, train)
     first = o["first"]
     assert first["api"] in ("bmm", "mm") and first["direction"] == "forward" and first["dtype"] == "float16"
     assert first["module"] == "Tiny.scores" and first["module_class"] == "Scores"
@@ -98,7 +102,7 @@ def test_an_fp16_overflow_is_named_with_its_module_file_line_and_dtype(tmp_path)
 
 def test_a_clean_run_passes_and_a_missing_run_says_why(tmp_path):
     ctx, train = _watched_run(tmp_path / "clean", gain=1.0)
-    o = train.facts["overflow"] = st.read_overflow(ctx, train)
+    o = train.facts["overflow"] = read_overflow(ctx, train)
     assert o["first"] is None and o["overflows"] == 0 and o["calls_checked"] > 50  # forward, backward and SGD, two steps
     v = cl.evaluate_item("prec.overflow", {"train": train}, "emulated")
     assert v.mark == cl.PASS and v.evidence.startswith("no new inf/NaN in ")
@@ -107,10 +111,9 @@ def test_a_clean_run_passes_and_a_missing_run_says_why(tmp_path):
     v = cl.evaluate_item("prec.overflow", {"train": train}, "emulated")
     assert v.mark == cl.NA and "ASCENDIFY_EMULATE_OVERFLOW_MODE=inf_nan" in v.evidence
     # the migrated run never started: no overflow.json, said, not a crash
-    empty = st.Context(out=tmp_path / "none", project=tmp_path, migrated=tmp_path, command=[], target="emulated",
-                       target_reason="", lanes=1, overflow=True)
-    skipped = st.StepResult("train", status="ok", facts={"runs": {"target": {"skipped": "skipped (--skip)"}}})
-    o = skipped.facts["overflow"] = st.read_overflow(empty, skipped)
+    empty = make_context(tmp_path / "none", tmp_path, tmp_path, [], overflow=True)
+    skipped = StageResult("train", status="ok", facts={"runs": {"target": {"skipped": "skipped (--skip)"}}})
+    o = skipped.facts["overflow"] = read_overflow(empty, skipped)
     assert o["skipped"].startswith("the migrated run did not run")
     assert cl.evaluate_item("prec.overflow", {"train": skipped}, "emulated").mark == cl.NA
 
@@ -152,7 +155,7 @@ def test_a_loss_that_went_nan_is_said_not_a_crash():
     where the original's loss stayed finite (never a ✓ on a NaN loss), and not a crash."""
     run = {"returncode": 0, "training": True, "history": {"step": [0, 1], "loss": [0.5, "NaN"]}}
     fine = {"returncode": 0, "training": True, "history": {"step": [0, 1], "loss": [0.5, 0.4]}}
-    train = st.StepResult("train", status="ok", facts={"runs": {"target": run, "golden": fine}})
+    train = StageResult("train", status="ok", facts={"runs": {"target": run, "golden": fine}})
     v = cl.evaluate_item("code.runs-on-target", {"train": train}, "emulated")
     assert v.mark == cl.FAIL and v.evidence.endswith("but the loss is NaN from step 1")
-    assert st.number_text("NaN") == "NaN" and st.number_text(0.5) == "0.5"
+    assert number_text("NaN") == "NaN" and number_text(0.5) == "0.5"

@@ -11,8 +11,15 @@ from pathlib import Path
 import pytest
 
 from ascendify.port import checklist as cl
-from ascendify.port import steps as st
-from ascendify.port.runner import PortResult, _Progress
+from ascendify.port.options import ALL_STAGES
+from ascendify.port.pipeline import Progress
+from ascendify.port.result import PortResult
+from ascendify.port.stages import bench as bench_stage
+from ascendify.port.stages import migrate as migrate_stage
+from ascendify.port.stages.base import StageResult
+from ascendify.port.stages.failures import known_errors
+
+from .port_support import make_context
 
 
 def _run(losses=None, *, training=True, calls=0, ranks=1, stopped="3 steps done", returncode=0, **extra):
@@ -27,7 +34,7 @@ def _run(losses=None, *, training=True, calls=0, ranks=1, stopped="3 steps done"
 
 
 def _result(golden, target, lockstep="match", curves="match", **facts) -> PortResult:
-    train = st.StepResult("train", status="ok", headline="h", facts={
+    train = StageResult("train", status="ok", headline="h", facts={
         "runs": {"golden": golden, "target": target}, "param_counts_agree": True, **facts})
     cmp_facts = {}
     if lockstep == "skipped":
@@ -37,12 +44,12 @@ def _result(golden, target, lockstep="match", curves="match", **facts) -> PortRe
     if curves:
         cmp_facts["curves"] = {"verdict": curves, "what": "loss"}
     status = "ok" if lockstep in ("match", "skipped", None) and curves in ("match", None) else "fail"
-    steps = {"doctor": st.StepResult("doctor", status="skip"), "migrate": st.StepResult("migrate", status="skip"),
-             "train": train, "compare": st.StepResult("compare", status=status, facts=cmp_facts),
-             "bench": st.StepResult("bench", status="skip")}
-    items = cl.evaluate(steps, "emulated")
-    return PortResult(out=Path("."), target="emulated", target_reason="", quick=False, steps=steps, checklist=items,
-                      seconds=0, cpu_seconds=0, lanes=1)
+    stages = {"doctor": StageResult("doctor", status="skip"), "migrate": StageResult("migrate", status="skip"),
+              "train": train, "compare": StageResult("compare", status=status, facts=cmp_facts),
+              "bench": StageResult("bench", status="skip")}
+    items = cl.evaluate(stages, "emulated")
+    ctx = make_context(Path("."), Path("p"), Path("p-npu"), ["python", "train.py"])
+    return PortResult(ctx, stages, checklist=items)
 
 
 def _item(result, item_id):
@@ -67,7 +74,7 @@ def test_one_step_is_one_step():
 def test_curves_not_comparable_are_said_once():
     # random draws on the device (dropout in training mode): the lockstep decides, and the verdict says why once
     r = _result(_run([2.0, 1.5]), _run([2.0, 1.6]), curves="not comparable")
-    r.steps["compare"].status = "warn"
+    r.stages["compare"].status = "warn"
     status, text = r.verdict
     assert status == "ok" and r.exit_code == 0
     assert text.endswith("(both runs made 2 training steps; lockstep MATCH; loss curves NOT COMPARABLE (random "
@@ -121,28 +128,28 @@ def test_an_inference_program_is_proven_by_its_model_calls_and_the_lockstep():
 
 def test_a_constant_loss_is_said_and_its_curves_prove_nothing():
     train_runs = {"golden": _run([-0.0] * 4), "target": _run([-0.0] * 4)}
-    compare = st.StepResult("compare", status="ok")
+    compare = StageResult("compare", status="ok")
     facts = {"curves": {"verdict": "match", "constant": "-0", "what": "loss", "tolerance": 0.05}}
     compare.facts = facts
-    v = cl.evaluate_item("prec.curves", {"compare": compare, "train": st.StepResult(
+    v = cl.evaluate_item("prec.curves", {"compare": compare, "train": StageResult(
         "train", status="ok", facts={"runs": train_runs})}, "emulated")
     assert v.mark == "n/a" and "-0 at every step" in v.evidence
     r = _result(train_runs["golden"], train_runs["target"])
-    r.steps["compare"].facts["curves"]["constant"] = "-0"
+    r.stages["compare"].facts["curves"]["constant"] = "-0"
     assert r.exit_code == 0 and "the loss is -0 at every step, so its curves say nothing" in r.verdict[1]
 
 
 def test_a_skipped_compare_never_yields_ok():
     r = _result(_run([1.0, 0.5]), _run([1.0, 0.5]), lockstep=None, curves=None)
-    r.steps["compare"] = st.StepResult("compare", status="skip", headline="skipped (--skip)")
+    r.stages["compare"] = StageResult("compare", status="skip", headline="skipped (--skip)")
     assert r.exit_code == 5 and "the lockstep did not run (skipped (--skip))" in r.verdict[1]
 
 
 def test_progress_numbers_steps_as_the_table_and_says_each_once():
     out = io.StringIO()
-    p = _Progress(out, len(st.ALL_STEPS))
+    p = Progress(out, len(ALL_STAGES))
     for sid in ("migrate", "doctor", "migrate"):  # migrate finishes first; read again after Ctrl-C
-        p.step(st.StepResult(sid, status="ok", headline="done"))
+        p.stage(StageResult(sid, status="ok", headline="done"))
     lines = out.getvalue().splitlines()
     assert [line.split("]")[0].split("[")[1] for line in lines] == ["2/7", "1/7"]
 
@@ -150,11 +157,11 @@ def test_progress_numbers_steps_as_the_table_and_says_each_once():
 def test_progress_lines_fold_to_the_terminal(monkeypatch):
     monkeypatch.setenv("COLUMNS", "80")
     out = io.StringIO()
-    _Progress(out, 7).say("emulated NPU (host CPU): no Ascend NPU or GPU here: the emulated NPU (on the host "
+    Progress(out, 7).say("emulated NPU (host CPU): no Ascend NPU or GPU here: the emulated NPU (on the host "
                           "CPU) stands in, at host speed")
     assert max(len(line) for line in out.getvalue().splitlines()) <= 80
     out = io.StringIO()  # a long headline is cut at a clause, never inside a number ("loss 0.…")
-    _Progress(out, 7).step(st.StepResult("train", status="ok", headline=(
+    Progress(out, 7).stage(StageResult("train", status="ok", headline=(
         "emulated NPU (host CPU): 1 step on 2 ranks, loss 0.897; CPU: 1 step on 2 ranks, loss 0.8971234567")))
     assert " ".join(out.getvalue().split()).endswith("1 step on 2 ranks, loss 0.897 …")
 
@@ -163,7 +170,7 @@ def test_progress_while_the_runs_go_on(tmp_path):
     from ascendify.port.jobs import Job
 
     out = io.StringIO()
-    p = _Progress(out, 7, runs=tmp_path)
+    p = Progress(out, 7, runs=tmp_path)
     (tmp_path / "golden").mkdir()
     (tmp_path / "golden" / "progress.json").write_text('{"steps": 3, "seconds": 4.0}')
     jobs = [Job("train-golden", "train", []), Job("train-target", "train", [])]
@@ -187,15 +194,14 @@ def test_unstable_bench_figures_are_said_and_never_compared(tmp_path):
 
     from ascendify.port.jobs import Job
 
-    ctx = st.Context(out=tmp_path, project=tmp_path / "p", migrated=tmp_path / "n", command=[], target="npu",
-                     target_reason="", lanes=1)
+    ctx = make_context(tmp_path, tmp_path / "p", tmp_path / "n", [], "npu")
     for dev, thr, ratio in (("cpu", 100.0, 1.05), ("npu", 270.0, 2.7)):
         (tmp_path / "bench" / dev).mkdir(parents=True)
         rec = {"status": "ok", "throughput": thr, "spread_ratio": ratio, "stable": ratio <= 1.3, "model": "Net",
                "mode": "train"}
         (tmp_path / "bench" / dev / "bench.json").write_text(json.dumps({"records": [rec]}))
     jobs = [Job(n, "bench", ["--device", d], returncode=0) for n, d in (("bench-cpu", "cpu"), ("bench-target", "npu"))]
-    res = st.read_bench(ctx, jobs)
+    res = bench_stage.read(ctx, jobs, {})
     assert "Ascend NPU 270 samples/s (unstable: repeats differ 2.7x, machine busy)" in res.headline
     v = cl.evaluate_item("perf.baseline", {"bench": res}, "npu")
     assert v.mark == "n/a" and "machine was busy" in v.evidence
@@ -211,7 +217,7 @@ def test_unstable_bench_figures_are_said_and_never_compared(tmp_path):
      "the program opened '../data/train.bin', which is not there"),
 ])
 def test_known_errors_say_the_package_the_url_and_the_path(line, text, wanted):
-    found = st.known_errors(text + "\n" + line + "\n")
+    found = known_errors(text + "\n" + line + "\n")
     assert found and wanted in found[0]["fix"], found
     if "torchvision" in line:
         import torch
@@ -266,7 +272,7 @@ def test_a_model_that_draws_in_its_forward_is_not_comparable_but_a_real_divergen
     import cloudpickle
     import torch
 
-    from ascendify.port import lockstep
+    from ascendify.port import lockstep_job as lockstep
 
     torch.manual_seed(0)
     golden = _TinyVAE()
@@ -287,8 +293,8 @@ def test_a_model_that_draws_in_its_forward_is_not_comparable_but_a_real_divergen
         return
     ls = {"verdict": data["verdict"], "random_draws": draws}
     r = _result(_run([2.0, 1.5]), _run([2.0, 1.5]), lockstep=None)
-    r.steps["compare"].facts["lockstep"] = ls
-    r.checklist = cl.evaluate(r.steps, "emulated")
+    r.stages["compare"].facts["lockstep"] = ls
+    r.checklist = cl.evaluate(r.stages, "emulated")
     status, text = r.verdict
     assert r.exit_code == 5 and status == "not proven"
     assert "the lockstep cannot compare the model: the model draws random numbers in its forward, in eval mode too " \
@@ -306,11 +312,10 @@ def test_the_migrate_headline_counts_the_sites_left_to_the_person(tmp_path):
     (tmp_path / "r" / "migrate" / "report").mkdir(parents=True)
     (tmp_path / "r" / "migrate" / "report" / "report.json").write_text(json.dumps({"totals": {
         "cuda_sites": 18, "converted": 14, "report_only": 4, "unsupported": 0, "changed": 1, "native_ops": 0}}))
-    ctx = st.Context(out=tmp_path / "r", project=tmp_path / "p", migrated=tmp_path / "p-npu", command=[],
-                     target="emulated", target_reason="", lanes=1)
+    ctx = make_context(tmp_path / "r", tmp_path / "p", tmp_path / "p-npu", [])
     job = Job("migrate", "migrate", [])
     job.returncode = 0
-    res = st.read_migrate(ctx, [job])
+    res = migrate_stage.read(ctx, [job], {})
     assert res.headline == ("14 of 18 CUDA sites converted in 1 file; 4 left to you (unsupported.csv), "
                             "0 unsupported, 0 custom ops to port")
 
@@ -320,12 +325,12 @@ def test_the_page_plots_every_loss_series_and_draws_nan_losses(monkeypatch, g2, 
     # a GAN's two losses: both plotted A vs B (only "loss" was); NaN losses (FSDP2's) broke the section:
     # "this section could not be drawn: TypeError: unsupported operand type(s) for -: 'str' and 'str'"
     from ascendify import report
-    from ascendify.port import render
+    from ascendify.port import page as render
 
     drawn = []
     monkeypatch.setattr(report.plots, "line_plot", lambda series, **kw: drawn.append((kw["title"], series)) or b"")
     r = _result(_run([0.70, 0.69]), _run([0.70, 0.69]))
-    r.steps["compare"].facts["curves"] = {"verdict": "match", "what": "loss", "tolerance": 0.05, "series": {
+    r.stages["compare"].facts["curves"] = {"verdict": "match", "what": "loss", "tolerance": 0.05, "series": {
         "loss": {"x": [0, 1], "a": [0.70, 0.69], "b": [0.70, 0.691], "max_rel_diff": 0.0014},
         "loss_2": {"x": [0, 1], "a": g2, "b": t2, "max_rel_diff": 0.016}}}
     page = render.html_report(r).to_html()
@@ -341,7 +346,7 @@ def test_the_page_plots_every_loss_series_and_draws_nan_losses(monkeypatch, g2, 
 
 def test_the_page_shows_the_accelerator_calls_the_reference_run_answered():
     # pytorch/examples at head asks torch.accelerator: the page says what the reference's answers came from
-    from ascendify.port import render
+    from ascendify.port import page as render
 
     golden = _run([2.0, 1.5], redirected=2, redirected_apis=[
         {"api": "torch.accelerator.is_available", "count": 1, "first_site": "main.py:59",

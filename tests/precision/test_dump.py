@@ -476,3 +476,23 @@ def test_msprobe_style_bare_nan_and_infinity_still_load(tmp_path):
     assert "NaN" in f.read_text() and '"NaN"' not in f.read_text()
     t = load_dump(tmp_path / "d").by_name()["Module.Linear.forward.0"].outputs[0]
     assert math.isnan(t.max) and t.min == -math.inf
+
+
+def test_lazy_modules_are_dumped_with_their_parameters(tmp_path):
+    """``ascendify dump``'s global hooks run before a lazy module's own pre-hook gives its parameters a shape: they
+    are recorded when the module returns (the dump's hook used to fail on the uninitialised parameter), and a call
+    on an uninitialised parameter (``.to`` before the first forward) is recorded without statistics."""
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.LazyLinear(3), nn.ReLU())
+    x = torch.randn(2, 5)
+    with dump(None, tmp_path / "lazy", level="mix"):
+        m.to(torch.float32)
+        m(x).sum().backward()
+    by = load_dump(tmp_path / "lazy").by_name()
+    lin = by["Module.0.LazyLinear.forward.0"]  # the class it had when called
+    assert list(lin.params) == ["weight", "bias"]
+    assert lin.params["weight"].shape == (3, 5) and lin.params["bias"].shape == (3,)
+    assert lin.params["weight"].max == pytest.approx(m[0].weight.max().item())
+    grads = by["Module.0.LazyLinear.backward.0"].grads
+    assert grads["weight"].max == pytest.approx(m[0].weight.grad.max().item())
+    assert by["Functional.linear.0.forward"].outputs[0].shape == (2, 3)

@@ -100,3 +100,53 @@ def test_same_vector_as_the_torch_path(monkeypatch, dtype, n):
     # over 4,096 terms (depending on its code path), well under float32's compare limit of 1e-5
     assert (fast[6:] - slow[6:]).norm() <= 5e-6 * slow[6:].norm()
     assert torch.equal(view[:6], torch.arange(6.0)) and torch.allclose(view[6:], slow_view[6:], rtol=1e-5, atol=1e-6)
+
+
+def test_the_python_module_and_ctypes_write_the_same_dump(tmp_path, monkeypatch):
+    """Where Python's headers are installed the kernels are also a Python module (``fused_stats.ext()``): its
+    ``fill`` instead of the ctypes call. Without it (ctypes only) a dump must be identical: every layout the kernel
+    walks, views reusing rows, a split projection, gradients."""
+    import json
+
+    from torch import nn
+
+    from ascendify.precision import dump
+
+    if fused_stats.ext() is None:
+        pytest.skip("no Python headers: ctypes serves")
+
+    class Attn(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.qkv = nn.Linear(16, 48)
+            self.out = nn.Linear(16, 4)
+
+        def forward(self, x):
+            q, k, v = self.qkv(x).split(16, dim=-1)
+            q, k = (z.view(2, 8, 2, 8).transpose(1, 2) for z in (q, k))
+            att = (q @ k.transpose(-2, -1)).softmax(-1)
+            y = (att @ v.view(2, 8, 2, 8).transpose(1, 2)).transpose(1, 2).reshape(2, 8, 16)
+            return self.out(y.bfloat16().float()[:, ::2]).sum()
+
+    calls = {"fill": 0}
+
+    class Counting:  # the module, counting its calls
+        def __init__(self, real):
+            self.real = real
+
+        def fill(self, *a):
+            calls["fill"] += 1
+            return self.real.fill(*a)
+
+    stats._kernel(torch.float32)
+    torch.manual_seed(0)
+    m, x = Attn(), torch.randn(2, 8, 16, requires_grad=True)
+    docs = []
+    for name, fx in (("module", Counting(stats._fx)), ("ctypes", None)):  # None: as where it could not be built
+        monkeypatch.setattr(stats, "_fx", fx)
+        with dump(m, tmp_path / name, level="mix"):
+            m(x * 1.0).backward()
+        docs.append(json.loads(next((tmp_path / name).rglob("dump.json")).read_text())["data"])
+        if fx is not None:
+            assert calls["fill"] > 20, calls
+    assert docs[0] == docs[1] and len(docs[0]) > 20

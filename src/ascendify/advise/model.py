@@ -69,6 +69,19 @@ class Findings:
                 "minor_findings": [f.to_dict() for f in self.minor], "notes": self.notes,
                 "families": FAMILIES}
 
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Findings:
+        """The findings :meth:`to_dict` wrote (``advise.json``; ``ascendify port`` reads its target run's)."""
+        names = {f for f in Finding.__dataclass_fields__}
+
+        def finding(x: dict[str, Any]) -> Finding:
+            return Finding(**{k: v for k, v in x.items() if k in names})
+
+        return cls(findings=[finding(x) for x in d.get("findings") or []],
+                   minor=[finding(x) for x in d.get("minor_findings") or []], estimate=d.get("estimate"),
+                   steps=d.get("steps") or [], notes=d.get("notes") or [], meta=d.get("meta") or {},
+                   source=d.get("source") or "emulated")
+
     def by_family(self) -> dict[str, list[Finding]]:
         out: dict[str, list[Finding]] = {}
         for f in self.findings:

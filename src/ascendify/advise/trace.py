@@ -243,12 +243,14 @@ class Tracer:
         self._seqnr = torch._C._autograd._get_sequence_nr
         self._patches = Patches()
 
+        from ascendify.auto.record import TOOL_DEPTH as tool
+
         class _Mode(TorchDispatchMode):
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
                 if kwargs is None:
                     kwargs = {}
                 out = func(*args, **kwargs)
-                if tracer.active:
+                if tracer.active and not tool[0]:  # not ascendify's own reads (port's observer)
                     tracer._record(func, args, kwargs, out)
                 return out
 

@@ -111,19 +111,20 @@ def call_site(depth: int = 2) -> str:
     return frames.site(f, "<unknown>")
 
 
-_TOOL = [0]  # above 0 while ascendify itself calls a redirected API (port's observer seeding a run)
+TOOL_DEPTH = [0]  # above 0 while ascendify does work of its own in the user's run (tool_calls)
 
 
 @contextlib.contextmanager
 def tool_calls():
-    """Calls made inside this block are ascendify's own (``ascendify port``'s observer seeds every generator of
-    the run with ``torch.manual_seed``, which calls ``torch.cuda.manual_seed_all``): counted apart as indirect
-    calls by ``ascendify``, never as the user's, whatever the stack above holds."""
-    _TOOL[0] += 1
+    """Calls made inside this block are ascendify's own, never the user's, whatever the stack above holds:
+    ``ascendify port``'s observer seeding every generator of the run (``torch.manual_seed`` calls
+    ``torch.cuda.manual_seed_all``: counted apart as indirect calls by ``ascendify``), or reading a loss and a
+    model's output (``ascendify advise``'s tracer records none of the ops, so none is a sync of the user's)."""
+    TOOL_DEPTH[0] += 1
     try:
         yield
     finally:
-        _TOOL[0] -= 1
+        TOOL_DEPTH[0] -= 1
 
 
 # ---------------------------------------------------------------------------------------------- recorder
@@ -156,7 +157,7 @@ class Recorder:
 
     # hot path: a short walk to the nearest caller that is not ascendify, and one dict lookup
     def hit(self, api: str, detail: str = "") -> None:
-        if _TOOL[0]:
+        if TOOL_DEPTH[0]:
             return self._indirect("ascendify", "redirected", api, detail)
         f = user_frame(1, _PASSES_ON)  # from hit's caller up: ascendify's frames pass on (see _PASSES_ON)
         by = _OWNER_CACHE[f.f_code.co_filename] if f is not None else "user"
@@ -186,7 +187,7 @@ class Recorder:
             self.on_first()
 
     def noop(self, api: str, reason: str) -> None:
-        if _TOOL[0]:
+        if TOOL_DEPTH[0]:
             return self._indirect("ascendify", "no_effect", api, reason)
         f = user_frame(1, _PASSES_ON)  # from the caller up: ascendify's frames pass on (see _PASSES_ON)
         by = _OWNER_CACHE[f.f_code.co_filename] if f is not None else "user"

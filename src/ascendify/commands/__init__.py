@@ -92,7 +92,8 @@ def program_to_run(who: str, args, outputs: dict[str, str | None] | None = None)
 def observe_if_asked() -> None:
     """``ascendify port`` runs each side as ``ascendify run``/``emulate`` with ``ASCENDIFY_OBSERVE=DIR``: switch
     its run-time discovery on (:mod:`ascendify.port.observe`) before the program starts, and have the findings
-    written when it ends. Nothing happens (and nothing is imported) without the variable."""
+    written when it ends; with ``ASCENDIFY_ADVISE=DIR`` (the migrated run) also ``ascendify advise``'s tracer
+    (:func:`ascendify.advise.capture_from_env`). Nothing happens (and nothing is imported) without them."""
     import os
 
     if not os.environ.get("ASCENDIFY_OBSERVE"):
@@ -104,6 +105,10 @@ def observe_if_asked() -> None:
     if obs is not None:
         scriptrun.at_program_start(obs.program_started)
         scriptrun.at_program_exit(observe.finish_active, hide=observe.__file__)
+    if os.environ.get("ASCENDIFY_ADVISE"):  # port's target run: advise's tracer too ("Make it fast on the NPU")
+        from ascendify import advise
+
+        advise.capture_from_env()
 
 
 def parse_pipeline_options(who: str, args, steps: tuple[str, ...]) -> frozenset[str] | int:

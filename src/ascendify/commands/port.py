@@ -111,7 +111,8 @@ def run(args: argparse.Namespace) -> int:
     if not requires("ascendify port", "torch", "cloudpickle"):
         return 3
     from ascendify.port.jobs import default_lanes
-    from ascendify.port.runner import PortError, PortOptions, print_summary, run_port
+    from ascendify.port.options import PortError, PortOptions
+    from ascendify.port.pipeline import print_summary, run_port
 
     opts = PortOptions(project=Path(args.project), command=command, out=Path(args.out) if args.out else None,
                        report=Path(args.report) if args.report else None, to=args.to, steps=args.steps,

@@ -13,7 +13,9 @@ from pathlib import Path
 from typing import TextIO
 
 from ascendify.port.jobs import default_lanes
-from ascendify.port.runner import EXIT_SETUP, PortError, PortOptions, PortResult, print_summary, run_port
+from ascendify.port.options import EXIT_SETUP, EXIT_STEP_FAILED, PortError, PortOptions
+from ascendify.port.pipeline import print_summary, run_port
+from ascendify.port.result import PortResult
 
 SCRIPT = "train_gpt.py"
 DemoError = PortError
@@ -77,9 +79,11 @@ def run_demo(opts: DemoOptions) -> PortResult:
     """``ascendify port`` on the bundled example into ``opts.out``; raises :class:`DemoError` when it cannot start."""
     sizes = QUICK if opts.quick else DEFAULT
     out = opts.out.resolve()
+    size = "quick" if opts.quick else "default"
     return run_port(PortOptions(project=find_project(), command=command(sizes), out=out / "migrate" / "npu_project",
                                 report=out, steps=sizes.steps, device=opts.device, skip=opts.skip, force=opts.force,
-                                lanes=opts.lanes, progress=opts.progress, verb="demo", quick=opts.quick))
+                                lanes=opts.lanes, progress=opts.progress, name="demo", report_json="demo.json",
+                                crash_exit=EXIT_STEP_FAILED, shown_as=f"{size} sizes", about={"sizes": size}))
 
 
 __all__ = ["DemoError", "DemoOptions", "DemoResult", "find_project", "print_summary", "run_demo"]

@@ -1,12 +1,12 @@
-"""The migration checklist, evaluated from the step outputs of ``ascendify port`` (and ``demo``).
+"""The migration checklist, evaluated from the stage results of ``ascendify port``.
 
 The items (id, section, question, how it is evaluated) are package data, ``data/migration_checklist.json``; each
 has an evaluator here, registered under the same id: a small function whose docstring says what it reads. An
-evaluator gets the step results by id and returns a :class:`Verdict`: ``✓`` (pass), ``✗`` (fail) or ``n/a``
+evaluator gets the stage results by id and returns a :class:`Verdict`: ``✓`` (pass), ``✗`` (fail) or ``n/a``
 (not applicable here, or its step did not run), always with the evidence, and the report section that shows it.
 
->>> from ascendify.port.steps import StepResult, number_text
->>> doctor = StepResult("doctor", status="ok", facts={"summary": {"fail": 0, "ok": 8}, "checks": {}})
+>>> from ascendify.port.stages.base import StageResult
+>>> doctor = StageResult("doctor", status="ok", facts={"summary": {"fail": 0, "ok": 8}, "checks": {}})
 >>> evaluate_item("env.doctor-clean", {"doctor": doctor}, target="emulated").mark
 '✓'
 >>> evaluate_item("env.doctor-clean", {}, target="emulated").mark
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ascendify.core import knowledge
-from ascendify.port.steps import StepResult, number_text
+from ascendify.port.stages.base import StageResult, number_text
 from ascendify.report.tables import plural
 
 PASS, FAIL, NA = "✓", "✗", "n/a"
@@ -37,8 +37,8 @@ class Verdict:
         return {PASS: "pass", FAIL: "fail"}.get(self.mark, "n/a")
 
 
-Steps = dict[str, StepResult]
-Evaluator = Callable[[Steps, str], Verdict]
+Stages = dict[str, StageResult]
+Evaluator = Callable[[Stages, str], Verdict]
 EVALUATORS: dict[str, Evaluator] = {}
 
 
@@ -60,34 +60,34 @@ def sections() -> list[dict[str, str]]:
 
 
 class _NotRun(Exception):
-    def __init__(self, step: str, why: str):
-        super().__init__(f"not evaluated: the {step} step {why}")
-        self.step = step
+    def __init__(self, stage: str, why: str):
+        super().__init__(f"not evaluated: the {stage} step {why}")
+        self.stage = stage
 
 
-def _need(steps: Steps, step: str) -> StepResult:
-    res = steps.get(step)
+def _need(stages: Stages, stage: str) -> StageResult:
+    res = stages.get(stage)
     if res is None or res.status == "skip":
-        raise _NotRun(step, f"did not run ({res.headline})" if res is not None and res.headline else "did not run")
+        raise _NotRun(stage, f"did not run ({res.headline})" if res is not None and res.headline else "did not run")
     if res.status == "error":
-        raise _NotRun(step, "failed (see its section)")
+        raise _NotRun(stage, "failed (see its section)")
     return res
 
 
-def evaluate_item(item_id: str, steps: Steps, target: str) -> Verdict:
+def evaluate_item(item_id: str, stages: Stages, target: str) -> Verdict:
     """One item's verdict (a missing step or evaluator gives ``n/a`` with the reason)."""
     fn = EVALUATORS.get(item_id)
     if fn is None:
         return Verdict(NA, f"no evaluator for {item_id}")
     try:
-        return fn(steps, target)
+        return fn(stages, target)
     except _NotRun as e:
-        return Verdict(NA, str(e), e.step)
+        return Verdict(NA, str(e), e.stage)
     except Exception as e:  # noqa: BLE001 (an evaluator's own bug: said on its item, the report still written)
         return Verdict(NA, f"not evaluated: {item_id}'s evaluator failed ({type(e).__name__}: {e})")
 
 
-def evaluate(steps: Steps, target: str, flags: frozenset[str] = frozenset()) -> list[dict[str, Any]]:
+def evaluate(stages: Stages, target: str, flags: frozenset[str] = frozenset()) -> list[dict[str, Any]]:
     """Every item with its verdict: dicts with id, section, question, how, mark, status, evidence, anchor. An item
     with a ``when`` (the option that asks for its check, e.g. ``--overflow``) is listed only when ``flags`` holds
     it."""
@@ -95,23 +95,23 @@ def evaluate(steps: Steps, target: str, flags: frozenset[str] = frozenset()) -> 
     for item in items():
         if item.get("when") and item["when"] not in flags:
             continue
-        v = evaluate_item(item["id"], steps, target)
+        v = evaluate_item(item["id"], stages, target)
         out.append({**item, "mark": v.mark, "status": v.status, "evidence": v.evidence,
                     "anchor": v.anchor or item.get("step", "")})
     return out
 
 
-def _check(steps: Steps, cid: str) -> dict[str, Any]:
-    return _need(steps, "doctor").facts.get("checks", {}).get(cid) or {}
+def _check(stages: Stages, cid: str) -> dict[str, Any]:
+    return _need(stages, "doctor").facts.get("checks", {}).get(cid) or {}
 
 
 # --- environment -------------------------------------------------------------------------------------------------
 
 
 @evaluator("env.python-torch")
-def _python_torch(steps: Steps, target: str) -> Verdict:
+def _python_torch(stages: Stages, target: str) -> Verdict:
     """Doctor's ``python`` and ``torch`` checks: both ok (warn counts as a pass with its text)."""
-    found = [(c, _check(steps, c)) for c in ("python", "torch")]
+    found = [(c, _check(stages, c)) for c in ("python", "torch")]
     bad = [f"{c}: {d.get('found', 'missing')}" for c, d in found if d.get("status") not in ("ok", "warn")]
     if bad:
         return Verdict(FAIL, "; ".join(bad), "doctor")
@@ -119,9 +119,9 @@ def _python_torch(steps: Steps, target: str) -> Verdict:
 
 
 @evaluator("env.torch-npu-cann")
-def _torch_npu_cann(steps: Steps, target: str) -> Verdict:
+def _torch_npu_cann(stages: Stages, target: str) -> Verdict:
     """Doctor's ``torch-npu``, ``cann``, ``driver`` and ``matrix`` checks; n/a when they all skip (no NPU here)."""
-    found = {c: _check(steps, c) for c in ("torch-npu", "cann", "driver", "matrix")}
+    found = {c: _check(stages, c) for c in ("torch-npu", "cann", "driver", "matrix")}
     statuses = {c: d.get("status", "skip") for c, d in found.items()}
     if all(s == "skip" for s in statuses.values()):
         return Verdict(NA, "no NPU stack on this host (" + found["torch-npu"].get("found", "torch-npu absent")
@@ -133,10 +133,10 @@ def _torch_npu_cann(steps: Steps, target: str) -> Verdict:
 
 
 @evaluator("env.device-smoke")
-def _device_smoke(steps: Steps, target: str) -> Verdict:
+def _device_smoke(stages: Stages, target: str) -> Verdict:
     """Doctor's smoke check of the NPU side (``smoke:npu``, ``smoke:emulated``; ``smoke:cuda`` for a GPU)."""
     want = {"npu": "smoke:npu", "emulated": "smoke:emulated", "cuda": "smoke:cuda"}[target]
-    d = _check(steps, want)
+    d = _check(stages, want)
     if not d:
         return Verdict(NA, f"doctor ran no {want} check", "doctor")
     if d.get("status") == "ok":
@@ -145,9 +145,9 @@ def _device_smoke(steps: Steps, target: str) -> Verdict:
 
 
 @evaluator("env.doctor-clean")
-def _doctor_clean(steps: Steps, target: str) -> Verdict:
+def _doctor_clean(stages: Stages, target: str) -> Verdict:
     """Doctor's summary: no failed check."""
-    s = _need(steps, "doctor").facts.get("summary", {})
+    s = _need(stages, "doctor").facts.get("summary", {})
     text = f"{s.get('ok', 0)} ok, {s.get('warn', 0)} warn, {s.get('fail', 0)} fail, {s.get('skip', 0)} skipped"
     return Verdict(FAIL if s.get("fail") else PASS, text, "doctor")
 
@@ -155,8 +155,8 @@ def _doctor_clean(steps: Steps, target: str) -> Verdict:
 # --- code migration ----------------------------------------------------------------------------------------------
 
 
-def _totals(steps: Steps) -> dict[str, Any]:
-    return _need(steps, "migrate").facts.get("totals", {})
+def _totals(stages: Stages) -> dict[str, Any]:
+    return _need(stages, "migrate").facts.get("totals", {})
 
 
 # the table of migrate's report.md that lists the sites not converted (``ascendify.migrate.report.NEEDS_A_PERSON``,
@@ -165,10 +165,10 @@ NEEDS_A_PERSON = "Not converted: needs a person"
 
 
 @evaluator("code.sites-accounted")
-def _sites_accounted(steps: Steps, target: str) -> Verdict:
+def _sites_accounted(stages: Stages, target: str) -> Verdict:
     """migrate's totals: every CUDA site converted or reported (``accounted_share`` 1), no file skipped. The
     parts named add up to the sites: the unclaimed ones (what keeps the share under 1) with where they are."""
-    t = _totals(steps)
+    t = _totals(stages)
     share, skipped = float(t.get("accounted_share") or 0.0), int(t.get("skipped") or 0)
     unclaimed = int(t.get("unclaimed") or 0)
     where = (" (rule ASC099, severity review: migrate/report/report.md, table "
@@ -180,9 +180,9 @@ def _sites_accounted(steps: Steps, target: str) -> Verdict:
 
 
 @evaluator("code.unsupported-listed")
-def _unsupported_listed(steps: Steps, target: str) -> Verdict:
+def _unsupported_listed(stages: Stages, target: str) -> Verdict:
     """migrate's totals: ``unclaimed`` 0 (every site a rule saw is in a report row with advice)."""
-    t = _totals(steps)
+    t = _totals(stages)
     unclaimed = int(t.get("unclaimed") or 0)
     text = (f"{t.get('unsupported', 0)} unsupported sites and {t.get('api_notes', 0)} API notes in "
             f"unsupported.csv; {unclaimed} unclaimed")
@@ -190,27 +190,27 @@ def _unsupported_listed(steps: Steps, target: str) -> Verdict:
 
 
 @evaluator("code.custom-ops")
-def _custom_ops(steps: Steps, target: str) -> Verdict:
+def _custom_ops(stages: Stages, target: str) -> Verdict:
     """migrate's totals: custom CUDA ops (``native_ops``) are listed in cuda_ops.csv for an Ascend C port."""
-    n = int(_totals(steps).get("native_ops") or 0)
+    n = int(_totals(stages).get("native_ops") or 0)
     if not n:
         return Verdict(NA, "no custom CUDA kernels in the project", "migrate")
     return Verdict(PASS, f"{n} custom op registrations listed in cuda_ops.csv (they need an Ascend C port; "
                          "the trainer's default path does not use them)", "migrate")
 
 
-def _runs(steps: Steps) -> dict[str, Any]:
-    return _need(steps, "train").facts.get("runs", {})
+def _runs(stages: Stages) -> dict[str, Any]:
+    return _need(stages, "train").facts.get("runs", {})
 
 
 @evaluator("code.runs-on-target")
-def _runs_on_target(steps: Steps, target: str) -> Verdict:
+def _runs_on_target(stages: Stages, target: str) -> Verdict:
     """The target run exited 0 (or was stopped after its steps) and made its steps with a finite final loss (or,
     an inference program, its model calls); a training program that made no step proves nothing (✗); a CUDA
     target runs the original: n/a."""
     from ascendify.port import proof
 
-    r = _runs(steps).get("target", {})
+    r = _runs(stages).get("target", {})
     if target == "cuda":
         return Verdict(NA, "the target is a CUDA GPU: the migrated copy needs an NPU (real or emulated)", "train")
     if r.get("skipped") and not r.get("history"):
@@ -219,7 +219,7 @@ def _runs_on_target(steps: Steps, target: str) -> Verdict:
     where = "the emulated NPU" if target == "emulated" else "the Ascend NPU"
     if r.get("returncode") not in (0, None) and not (r.get("skipped") or r.get("stopped_by_port")):
         return Verdict(FAIL, f"exit status {r.get('returncode')}", "train")
-    g = _runs(steps).get("golden", {})
+    g = _runs(stages).get("golden", {})
     if proof.is_training(r) or proof.is_training(g) or "time budget" in (r.get("stopped") or ""):
         n = proof.steps_made(r)
         if not n:  # a finding where the original trained; no evidence at all where neither run did
@@ -228,7 +228,7 @@ def _runs_on_target(steps: Steps, target: str) -> Verdict:
                            + ("" if other else "; the original made none either"), "train")
         bad = proof.first_nonfinite(r)
         if bad:  # a finding where the original's loss stays finite; no evidence where it is NaN too
-            both = proof.first_nonfinite(_runs(steps).get("golden", {}))
+            both = proof.first_nonfinite(_runs(stages).get("golden", {}))
             return Verdict(NA if both else FAIL, f"{plural(n, 'step')} on {where}, but the loss is {bad[1]} from step "
                            f"{bad[0]}" + ("; the original's too: nothing to compare" if both else ""), "train")
         return Verdict(PASS, f"{plural(n, 'step')} on {where}, final loss {_num(hist['loss'][-1])}", "train")
@@ -243,9 +243,9 @@ def _num(x) -> str:
 
 
 @evaluator("code.no-cpu-fallback")
-def _no_cpu_fallback(steps: Steps, target: str) -> Verdict:
+def _no_cpu_fallback(stages: Stages, target: str) -> Verdict:
     """The emulator's record of the target run: no CPU fallback, rejection or API unsupported on every chip."""
-    emu = _runs(steps).get("target", {}).get("emulator")
+    emu = _runs(stages).get("target", {}).get("emulator")
     if emu is None:
         return Verdict(NA, "needs the emulated NPU's record (the target was not the emulated NPU)", "train")
     bad = {k: emu.get(k, 0) for k in ("cpu_fallback_on_npu", "rejected", "unsupported_apis") if emu.get(k)}
@@ -255,12 +255,12 @@ def _no_cpu_fallback(steps: Steps, target: str) -> Verdict:
 
 
 @evaluator("code.auto-migration")
-def _auto_migration(steps: Steps, target: str) -> Verdict:
+def _auto_migration(stages: Stages, target: str) -> Verdict:
     """``ascendify run --to cpu`` on the original: exit 0, no unmapped device, and its steps made (or its model
     called): a program that exited on its own before training took another branch than on a GPU."""
     from ascendify.port import proof
 
-    r = _runs(steps).get("golden", {})
+    r = _runs(stages).get("golden", {})
     if r.get("skipped") and not r.get("history"):
         return Verdict(NA, str(r["skipped"]), "train")
     if r.get("returncode") not in (0, None) and not (r.get("skipped") or r.get("stopped_by_port")):
@@ -280,9 +280,9 @@ def _auto_migration(steps: Steps, target: str) -> Verdict:
 
 
 @evaluator("perf.measured")
-def _perf_measured(steps: Steps, target: str) -> Verdict:
+def _perf_measured(stages: Stages, target: str) -> Verdict:
     """Bench on the target: at least one record, every record ok (an OOM in a sweep is a result)."""
-    b = _need(steps, "bench").facts
+    b = _need(stages, "bench").facts
     recs = b.get("records", {}).get("target")
     if not recs:
         return Verdict(NA, "no bench run on the target", "bench")
@@ -294,9 +294,9 @@ def _perf_measured(steps: Steps, target: str) -> Verdict:
 
 
 @evaluator("perf.baseline")
-def _perf_baseline(steps: Steps, target: str) -> Verdict:
+def _perf_baseline(stages: Stages, target: str) -> Verdict:
     """Bench on the CPU and the target: the ratio, only where the target is a real device."""
-    b = _need(steps, "bench").facts
+    b = _need(stages, "bench").facts
     best = b.get("best", {})
     if "cpu" not in best or "target" not in best:
         return Verdict(NA, "needs bench runs on both the CPU and the target", "bench")
@@ -314,9 +314,9 @@ def _perf_baseline(steps: Steps, target: str) -> Verdict:
 
 
 @evaluator("perf.mfu")
-def _perf_mfu(steps: Steps, target: str) -> Verdict:
+def _perf_mfu(stages: Stages, target: str) -> Verdict:
     """Bench records' ``mfu`` on the target (known only with a real device whose peak is known)."""
-    recs = _need(steps, "bench").facts.get("records", {}).get("target") or []
+    recs = _need(stages, "bench").facts.get("records", {}).get("target") or []
     mfus = [r["mfu"] for r in recs if r.get("mfu") is not None]
     if not mfus:
         why = "the emulated NPU has no chip peak" if target == "emulated" else "no published peak for this device"
@@ -325,29 +325,42 @@ def _perf_mfu(steps: Steps, target: str) -> Verdict:
 
 
 @evaluator("perf.advice")
-def _perf_advice(steps: Steps, target: str) -> Verdict:
-    """migrate's totals: performance advice items (advice.csv)."""
-    n = int(_totals(steps).get("advice") or 0)
-    return Verdict(PASS, f"{plural(n, 'advice item')} in advice.csv" if n else "no performance advice for this project",
+def _perf_advice(stages: Stages, target: str) -> Verdict:
+    """The performance advice for the NPU: ``ascendify advise``'s analysis of the migrated run (the train stage's
+    ``advise`` facts: its findings at the lines of the code, with their estimated weight) where it ran, and
+    migrate's advice items (advice.csv)."""
+    from ascendify.port.stages import fast
+
+    advice = (stages.get("train").facts.get("advise") if stages.get("train") else None) or {}
+    n = int(_totals(stages).get("advice") or 0) if stages.get("migrate") and stages["migrate"].status != "skip" \
+        else None
+    from_migrate = (f"; {n} advice items in advice.csv" if n else "; no migrate advice") if n is not None else ""
+    if advice and not advice.get("skipped"):
+        top = (advice.get("findings") or [{}])[0]
+        first = f" (first: {top.get('title')} at {top.get('where')})" if top.get("title") else ""
+        return Verdict(PASS, f"advise on the migrated run: {fast.headline(advice)}{first}{from_migrate}", "advise")
+    if n is None:
+        raise _NotRun("migrate", "did not run") if not advice else _NotRun("train", advice["skipped"])
+    return Verdict(PASS, f"{n} advice items in advice.csv" if n else "no performance advice for this project",
                    "migrate")
 
 
 # --- precision ---------------------------------------------------------------------------------------------------
 
 
-def _compare(steps: Steps, key: str) -> dict[str, Any]:
-    d = _need(steps, "compare").facts.get(key) or {}
+def _compare(stages: Stages, key: str) -> dict[str, Any]:
+    d = _need(stages, "compare").facts.get(key) or {}
     if d.get("skipped") or not d.get("verdict"):
         raise _NotRun("compare", f"ran no {key} comparison ({d.get('skipped') or 'no verdict'})")
     return d
 
 
 @evaluator("prec.lockstep")
-def _prec_lockstep(steps: Steps, target: str) -> Verdict:
+def _prec_lockstep(stages: Stages, target: str) -> Verdict:
     """Lockstep ``compare_models`` verdict: match."""
-    d = _compare(steps, "lockstep")
+    d = _compare(stages, "lockstep")
     if d.get("verdict") == "not comparable":  # a model that draws in its forward: no evidence either way
-        from ascendify.port.steps import random_in_forward
+        from ascendify.port.proof import random_in_forward
 
         return Verdict(NA, "not comparable: " + (random_in_forward(d["random_draws"]) if d.get("random_draws")
                                                  else "random calls drew differently"), "compare")
@@ -363,9 +376,9 @@ def _prec_lockstep(steps: Steps, target: str) -> Verdict:
 
 
 @evaluator("prec.curves")
-def _prec_curves(steps: Steps, target: str) -> Verdict:
+def _prec_curves(stages: Stages, target: str) -> Verdict:
     """Curves comparison verdict: match (every loss step within the relative band)."""
-    d = _compare(steps, "curves")
+    d = _compare(stages, "curves")
     if d.get("verdict") == "not comparable":
         return Verdict(NA, f"not comparable: {d.get('why')}", "compare")
     if d.get("nonfinite"):
@@ -383,9 +396,9 @@ def _prec_curves(steps: Steps, target: str) -> Verdict:
 
 
 @evaluator("prec.dtype-events")
-def _prec_dtype_events(steps: Steps, target: str) -> Verdict:
+def _prec_dtype_events(stages: Stages, target: str) -> Verdict:
     """The emulator's record: no float64 on the NPU, no fp16 overflow."""
-    emu = _runs(steps).get("target", {}).get("emulator")
+    emu = _runs(stages).get("target", {}).get("emulator")
     if emu is None:
         return Verdict(NA, "needs the emulated NPU's record (the target was not the emulated NPU)", "train")
     f64, ovf = int(emu.get("float64_events") or 0), int(emu.get("fp16_overflow_events") or 0)
@@ -393,13 +406,13 @@ def _prec_dtype_events(steps: Steps, target: str) -> Verdict:
 
 
 @evaluator("prec.overflow")
-def _prec_overflow(steps: Steps, target: str) -> Verdict:
+def _prec_overflow(stages: Stages, target: str) -> Verdict:
     """``port --overflow``: the train step's ``overflow`` facts (the migrated run under the overflow watch): no new
     inf/NaN and no skipped GradScaler step; n/a where the run was not watched or under the emulated NPU's
     saturation mode (nothing turns inf there, so nothing can be seen)."""
-    from ascendify.port.steps import overflow_text
+    from ascendify.port.stages.overflow import overflow_text
 
-    o = _need(steps, "train").facts.get("overflow")
+    o = _need(stages, "train").facts.get("overflow")
     if not o:
         return Verdict(NA, "the migrated run was not watched (port without --overflow)", "train")
     if o.get("skipped"):
@@ -416,28 +429,28 @@ def _prec_overflow(steps: Steps, target: str) -> Verdict:
 
 
 @evaluator("deploy.backend")
-def _deploy_backend(steps: Steps, target: str) -> Verdict:
+def _deploy_backend(stages: Stages, target: str) -> Verdict:
     """No string literal 'nccl' left in the migrated Python files."""
-    hits = _need(steps, "migrate").facts.get("nccl_literals", [])
+    hits = _need(stages, "migrate").facts.get("nccl_literals", [])
     if hits:
         return Verdict(FAIL, "'nccl' still at " + ", ".join(hits[:5]), "migrate")
     return Verdict(PASS, "no 'nccl' left in the migrated code (torch.distributed uses hccl)", "migrate")
 
 
 @evaluator("deploy.visible-devices")
-def _deploy_visible(steps: Steps, target: str) -> Verdict:
+def _deploy_visible(stages: Stages, target: str) -> Verdict:
     """No read of CUDA_VISIBLE_DEVICES from the environment in the migrated Python files."""
-    hits = _need(steps, "migrate").facts.get("cuda_visible_reads", [])
+    hits = _need(stages, "migrate").facts.get("cuda_visible_reads", [])
     if hits:
         return Verdict(FAIL, "CUDA_VISIBLE_DEVICES still read at " + ", ".join(hits[:5]), "migrate")
     return Verdict(PASS, "device selection reads ASCEND_RT_VISIBLE_DEVICES", "migrate")
 
 
 @evaluator("deploy.real-npu")
-def _deploy_real_npu(steps: Steps, target: str) -> Verdict:
+def _deploy_real_npu(stages: Stages, target: str) -> Verdict:
     """Whether the target was a real Ascend NPU."""
     if target != "npu":
         return Verdict(NA, "no Ascend NPU here: run `ascendify port` on an Ascend host to close this item", "train")
-    r = _runs(steps).get("target", {})
+    r = _runs(stages).get("target", {})
     ok = r.get("returncode") == 0
     return Verdict(PASS if ok else FAIL, "trained on the Ascend NPU" if ok else f"exit {r.get('returncode')}", "train")

@@ -1,10 +1,10 @@
-"""Child processes for the demo: each verb runs as ``python -m ascendify VERB ...`` in its own process, with its
-output in a log file, a time limit, and its wall and CPU time measured.
+"""Child processes for the pipeline of ``ascendify port``: each verb runs as ``python -m ascendify VERB ...`` in
+its own process, with its output in a log file, a time limit, and its wall and CPU time measured.
 
 Separate processes because the verbs must not share one: the emulated NPU has to be enabled before any
 ``backward()`` in a process, ``ascendify run`` patches ``torch.cuda`` for the whole process, and a crash in one
-step must not take the demo (and its report) down. Independent jobs run side by side (``lanes``, by default the
-number of CPU cores, at most 2), each child with ``cores / lanes`` threads.
+stage must not take the pipeline (and its report) down. Independent jobs run side by side (``lanes``, by default
+the number of CPU cores, at most 2), each child with ``cores / lanes`` threads.
 
 >>> j = Job("hello", "doctor", ["-c", "print('hi')"], python=True)
 >>> run_jobs([j], lanes=1, log_dir=None)
@@ -32,7 +32,7 @@ class Job:
     """One child process. ``argv`` follows ``python -m ascendify`` (or ``python`` with ``python=True``)."""
 
     name: str
-    step: str
+    stage: str  # the pipeline stage it belongs to (doctor, migrate, train, compare, bench)
     argv: list[str]
     deps: tuple[str, ...] = ()
     python: bool = False
@@ -79,7 +79,7 @@ def default_lanes() -> int:
 
 
 def child_env(lanes: int, extra: dict[str, str] | None = None, drop: tuple[str, ...] = ()) -> dict[str, str]:
-    """The demo's environment for a child: threads split between the lanes (unless the user set them), no
+    """The pipeline's environment for a child: threads split between the lanes (unless the user set them), no
     emulation or redirection variables leaking in from the caller, and ``extra`` on top."""
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("ASCENDIFY_EMULATE", "ASCENDIFY_TARGET", "RANK", "LOCAL_RANK", "WORLD_SIZE"))}

@@ -16,13 +16,12 @@ watches three things the program cannot avoid doing:
 A *step* is an optimizer step of the first optimizer that stepped (a GAN's iteration steps two optimizers: the
 step ends when each has stepped), or a ``backward()`` where the program updates its parameters by hand. After
 ``ASCENDIFY_OBSERVE_STEPS`` steps (or ``ASCENDIFY_OBSERVE_SECONDS`` of run time) the program is stopped wherever it
-is (its loop, ``max_iters``, epochs) by a :class:`StopRun` (a ``SystemExit`` with status 0), and the findings are
-written to ``DIR/observe.json`` (``observe.rankN.json`` on rank N > 0), the models to ``DIR/model-K.pkl``
-(cloudpickle: classes of the user's own files travel by value, so the original's and the migrated copy's
-``model.py`` never clash in one process) and the batches to ``DIR/batch-K.pt``.
+is (its loop, ``max_iters``, epochs) by a :class:`StopRun` (a ``SystemExit`` with status 0), and the findings (a
+:class:`~ascendify.port.observation.Observation`) are written to ``DIR/observe.json`` (``observe.rankN.json`` on
+rank N > 0), the models to ``DIR/model-K.pkl`` (:mod:`ascendify.port.snapshot`), the batches to ``DIR/batch-K.pt``.
 
-Cost: the module hook is one Python call per module call and is removed once discovery is over (after the second
-step), so the steps measured after it run at the program's own speed.
+Cost: the module hook is one Python call per module call, removed after the second step (the later steps run at
+the program's own speed). The observer's own reads (a loss, an output) are ascendify's (``tool_calls``).
 
 ``ASCENDIFY_OBSERVE_OVERFLOW=1`` (``port --overflow``, the migrated run only) also runs the whole program under
 :class:`ascendify.precision.overflow.OverflowWatch` in record mode (every aten call, forward and backward, the
@@ -34,12 +33,18 @@ run is then slower (the watch's cost) and ``torch.compile`` does not compile und
 
 from __future__ import annotations
 
-import copy
 import os
 import random
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from ascendify.auto.record import tool_calls
+from ascendify.port import seen, snapshot
+from ascendify.port.alarm import Alarm
+
+if TYPE_CHECKING:
+    from ascendify.port.observation import Observation
 
 ENV_DIR = "ASCENDIFY_OBSERVE"
 ENV_STEPS = "ASCENDIFY_OBSERVE_STEPS"
@@ -47,7 +52,6 @@ ENV_SECONDS = "ASCENDIFY_OBSERVE_SECONDS"
 ENV_SEED = "ASCENDIFY_OBSERVE_SEED"
 ENV_ROOT = "ASCENDIFY_OBSERVE_ROOT"
 ENV_OVERFLOW = "ASCENDIFY_OBSERVE_OVERFLOW"
-SCHEMA = "ascendify.observe/1"
 DISCOVERY_STEPS = 2  # the module hook stays on for this many steps (every model of an iteration is seen)
 MAX_SNAPSHOT_PARAMS = 300_000_000  # larger models are described, not copied
 MAX_OUTPUT_CALLS = 1000  # root-call output statistics kept per model (the curve of an inference-only program)
@@ -107,13 +111,6 @@ def finish_active(exit_code: int | None = None, error: BaseException | None = No
         obs.finish(exit_code, error)
 
 
-def _rank() -> int:
-    try:
-        return int(os.environ.get("RANK", "0"))
-    except ValueError:
-        return 0
-
-
 class _Model:
     """What is known of one root module."""
 
@@ -132,59 +129,6 @@ class _Model:
         self.defined_at: str | None = None  # asked at the first call: a class of the script's __main__ is gone later
 
 
-def patch_random_draws(patches, torch, on_draw) -> None:
-    """Wrap torch's random calls (``torch.rand*``, ``normal``, ``multinomial``, ``bernoulli``, the in-place
-    ``Tensor.*_`` draws, dropout while it drops) in ``patches``: ``on_draw(api, device_type)`` before each draw
-    that can be placed on a device. Used by the observer (draws on the device) and by the lockstep (draws inside
-    a model's forward)."""
-
-    def wrap(owner, name: str, api: str, device_of) -> None:
-        orig = getattr(owner, name, None)
-        if orig is None:
-            return
-
-        def draw(*args, **kwargs):
-            try:
-                dev = device_of(args, kwargs)
-            except Exception:  # noqa: BLE001 (a draw we cannot place is not counted)
-                dev = None
-            if dev is not None:
-                on_draw(api, dev)
-            return orig(*args, **kwargs)
-
-        patches.set(owner, name, draw)
-
-    def from_kw_or_first(args, kwargs):
-        d = kwargs.get("device")
-        if d is not None:
-            return torch.device(d).type
-        t = next((a for a in args if isinstance(a, torch.Tensor)), None)
-        if t is not None:
-            return t.device.type
-        return torch.get_default_device().type
-
-    def from_self(args, kwargs):
-        return args[0].device.type if args and isinstance(args[0], torch.Tensor) else None
-
-    def from_dropout(args, kwargs):
-        x = args[0] if args else kwargs.get("input")
-        p = args[1] if len(args) > 1 else kwargs.get("p", 0.5)
-        training = args[2] if len(args) > 2 else kwargs.get("training", True)
-        if not training or not p:
-            return None
-        return x.device.type if isinstance(x, torch.Tensor) else None
-
-    for name in ("rand", "randn", "randint", "randperm", "normal", "rand_like", "randn_like", "randint_like"):
-        wrap(torch, name, f"torch.{name}", from_kw_or_first)
-    for name in ("multinomial", "bernoulli", "poisson"):
-        wrap(torch, name, f"torch.{name}", from_self)
-    for name in ("bernoulli_", "uniform_", "normal_", "random_", "exponential_", "geometric_", "cauchy_",
-                 "log_normal_", "multinomial"):
-        wrap(torch.Tensor, name, f"Tensor.{name}", from_self)
-    for name in ("dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout"):
-        wrap(torch.nn.functional, name, f"F.{name}", from_dropout)
-
-
 class Observer:
     def __init__(self, out_dir: str, *, steps: int | None, seconds: float | None, seed: int, root: str,
                  overflow: bool = False):
@@ -196,7 +140,7 @@ class Observer:
         self.seconds = seconds
         self.seed = seed
         self.root = os.path.abspath(root)
-        self.rank = _rank()
+        self.rank = seen.rank()
         self.t0 = time.perf_counter()
         self.models: dict[int, _Model] = {}  # id(module) -> model
         self.functions: dict[str, int] = {}  # param-less root modules: class -> calls
@@ -218,7 +162,7 @@ class Observer:
         self._patches = None
         self._first_call_t: float | None = None
         self.optimizers_built: list[str] = []  # every torch.optim optimizer constructed, stepped or not
-        self._timer_armed = False
+        self._alarm = Alarm(lambda: self._stop(self._budget_reason()))
         self._progress_t = 0.0  # when progress.json was last written
 
     # -- switching on and off ----------------------------------------------------------------------------------
@@ -235,8 +179,6 @@ class Observer:
             np.random.seed(self.seed)
         except ImportError:
             pass
-        from ascendify.auto.record import tool_calls
-
         with tool_calls():  # seeds torch.cuda's generators too: under redirection that is no call of the user's
             torch.manual_seed(self.seed)
         torch.use_deterministic_algorithms(True, warn_only=True)
@@ -287,7 +229,8 @@ class Observer:
                 if scaler.is_enabled():  # GradScaler(enabled=False) is a no-op (nanoGPT's under bf16)
                     obs.scaler = True
                 if isinstance(outputs, torch.Tensor) and outputs.numel() == 1:
-                    obs._scaled[id(out)] = float(outputs.detach().float())
+                    with tool_calls():  # our read of the loss
+                        obs._scaled[id(out)] = float(outputs.detach().float())
                 return out
 
             self._patches.set(GradScaler, "scale", scale)
@@ -305,43 +248,15 @@ class Observer:
             self._watch = OverflowWatch("record").start()
 
     def _arm_timer(self) -> None:
-        """``--time-budget``: a ``SIGALRM`` after the budget stops the program wherever it is (its evaluation
-        loop before the first step, a data preparation), not only at a step's end. Only the main thread can set
-        it; a program that has a ``SIGALRM`` handler of its own keeps it (the step-end check and the parent's
-        deadline still stop the run)."""
-        import signal
-        import threading
-
-        if self.seconds is None or threading.current_thread() is not threading.main_thread():
-            return
-        handler = signal.getsignal(signal.SIGALRM)
-        if handler not in (signal.SIG_DFL, None) and handler is not getattr(self, "_time_up", None):
-            return
-        obs = self
-
-        def time_up(signum, frame):
-            if obs._timer_armed:
-                obs._timer_armed = False
-                obs._stop(obs._budget_reason())
-
-        self._time_up = time_up
-        signal.signal(signal.SIGALRM, time_up)
-        signal.setitimer(signal.ITIMER_REAL, max(0.001, self.seconds - self._elapsed()))
-        self._timer_armed = True
+        """``--time-budget``: the alarm (:mod:`ascendify.port.alarm`) for what is left of the budget."""
+        if self.seconds is not None:
+            self._alarm.arm(self.seconds - self._elapsed())
 
     def program_started(self) -> None:
         """The program's own code starts now (``ascendify run``/``emulate`` say so after their set-up): the
         budget counts from here."""
-        self._disarm_timer()
         self.t0 = time.perf_counter()
         self._arm_timer()
-
-    def _disarm_timer(self) -> None:
-        import signal
-
-        if self._timer_armed:
-            self._timer_armed = False
-            signal.setitimer(signal.ITIMER_REAL, 0)
 
     def _budget_reason(self) -> str:
         done = len(self.iterations)
@@ -356,22 +271,22 @@ class Observer:
             if dev not in ("cpu", "meta"):
                 self._random_draw(api, dev)
 
-        patch_random_draws(self._patches, torch, on_draw)
+        seen.patch_random_draws(self._patches, torch, on_draw)
 
     def _random_draw(self, api: str, device: str) -> None:
-        if _in_compiler():  # torch.compile's own draws (inductor's pattern tracing), not the program's
+        if seen.in_compiler():  # torch.compile's own draws (inductor's pattern tracing), not the program's
             return
         entry = self.random_draws.get(api)
         if entry is None:
             self.random_draws[api] = entry = {"api": api, "device": device, "calls": 0,
-                                              "first_at": _user_site(self.root)}
+                                              "first_at": seen.user_site(self.root)}
         entry["calls"] += 1
 
     def _unhook_modules(self) -> None:
         self._hooked = False  # the wrapper stays in place (undone at finish) but does nothing but call through
 
     def uninstall(self) -> None:
-        self._disarm_timer()
+        self._alarm.disarm()
         for h in self._handles:
             h.remove()
         self._handles.clear()
@@ -393,11 +308,12 @@ class Observer:
                 name = type(mod).__name__
                 self.functions[name] = self.functions.get(name, 0) + 1
                 return None
-            model = _Model(len(self.models), _unwrap(mod), _bound_name(mod, sys._getframe(2)))
+            model = _Model(len(self.models), seen.unwrap(mod), seen.bound_name(mod, sys._getframe(2)))
             if model.module is not mod:
                 model.wrapper = type(mod).__name__
             self.models[key] = model
-            self._first_call(model, args, kwargs, params)
+            with tool_calls():  # the batch and the model copied: our work, not the program's
+                self._first_call(model, args, kwargs, params)
         model.calls += 1
         if mod.training and self._grad_enabled():
             model.trained = True
@@ -419,12 +335,12 @@ class Observer:
             "training": bool(mod.training),
             "grad_enabled": torch.is_grad_enabled(),
             "inputs": [{"shape": list(t.shape), "dtype": str(t.dtype).replace("torch.", "")} for t in tensors[:8]],
-            "batch_size": _batch_size(mod, tensors),
-            "autocast": _autocast_state(dev),
+            "batch_size": seen.batch_size(mod, tensors),
+            "autocast": seen.autocast_state(dev),
             "param_dtype": str(params[0].dtype).replace("torch.", ""),
         }
         model.first_call = info
-        model.defined_at = _defined_at(type(mod), self.root)
+        model.defined_at = seen.defined_at(type(mod), self.root)
         try:
             model.batch = tree_map(lambda x: x.detach().to("cpu").clone() if isinstance(x, torch.Tensor) else x,
                                    (args, kwargs))
@@ -437,7 +353,7 @@ class Observer:
         try:
             # a cloudpickle round trip, not deepcopy: a model holding a lambda over its own submodules (minGPT's
             # Block.mlpf) keeps calling the copy's submodules, not the live model's
-            snap = _copy_by_value(mod, self.root)
+            snap = snapshot.copy_by_value(mod, self.root)
             snap.to("cpu")
             model.snapshot = snap
         except Exception as e:  # noqa: BLE001
@@ -453,7 +369,7 @@ class Observer:
         t = next((x for x in flat if isinstance(x, torch.Tensor) and x.is_floating_point()), None)
         if t is None:
             return
-        with torch.no_grad():
+        with torch.no_grad(), tool_calls():  # our read, not the user's (no sync of theirs for advise)
             v = t.detach().float()
             model.outputs.append({"output_mean": float(v.mean()), "output_abs_mean": float(v.abs().mean())})
 
@@ -471,7 +387,8 @@ class Observer:
             return
         value = self._scaled.pop(id(t), None)
         if value is None:
-            value = float(t.detach().float())
+            with tool_calls():  # our read of the loss, not the user's
+                value = float(t.detach().float())
         self._scaled.clear()
         self._losses.append(value)
         fn = type(t.grad_fn).__name__ if t.grad_fn is not None else None
@@ -495,9 +412,9 @@ class Observer:
         key = id(opt)
         if key not in self.optimizers:
             self._opt_order.append(key)
-            self.optimizers[key] = {"class": type(opt).__name__, "steps": 0, "params": _opt_params(opt), "losses": [],
+            self.optimizers[key] = {"class": type(opt).__name__, "steps": 0, "params": seen.opt_params(opt), "losses": [],
                                     "param_ids": {id(p) for g in opt.param_groups for p in g["params"]},
-                                    "lr": _lr(opt), "index": len(self.optimizers)}
+                                    "lr": seen.lr(opt), "index": len(self.optimizers)}
             if len(self.optimizers) == 1 and self.iterations:
                 # steps were counted by backward until the first optimizer showed up: count them again
                 self._losses = [x for it in self.iterations for x in it["losses"]] + self._losses
@@ -554,36 +471,37 @@ class Observer:
             pass
 
     def _stop(self, reason: str) -> None:
-        self._disarm_timer()
+        self._alarm.disarm()
         self.stop_reason = reason
         raise StopRun(reason)
 
     # -- the findings ----------------------------------------------------------------------------------------
 
-    def findings(self, exit_code: int | None, error: BaseException | None) -> dict[str, Any]:
+    def findings(self, exit_code: int | None, error: BaseException | None) -> Observation:
+        """What the run showed, as the typed :class:`~ascendify.port.observation.Observation`."""
+        from ascendify.port.observation import (
+            FirstCall,
+            Iteration,
+            LossSeries,
+            ModelSeen,
+            Observation,
+            OptimizerSeen,
+            Output,
+            RandomDraw,
+        )
+
         models = []
         for m in self.models.values():
             params = list(m.module.parameters())
             owned = {id(p) for p in params}
-            opts = [f["index"] for f in self.optimizers.values() if f["param_ids"] & owned]
-            models.append({
-                "index": m.index,
-                "class": type(m.module).__name__,
-                "qualname": f"{type(m.module).__module__}.{type(m.module).__qualname__}",
-                "name": m.name,
-                "defined_at": m.defined_at,
-                "trained": m.trained,
-                "params": sum(p.numel() for p in params),
-                "trainable": sum(p.numel() for p in params if p.requires_grad),
-                "calls_seen": m.calls,
-                "optimizers": opts,
-                "first_call": m.first_call,
-                "outputs": m.outputs,
-                "file": None,
-                "batch_file": None,
-                "snapshot_note": m.snapshot_note,
-                "wrapper": m.wrapper,
-            })
+            models.append(ModelSeen(
+                index=m.index, cls=type(m.module).__name__,
+                qualname=f"{type(m.module).__module__}.{type(m.module).__qualname__}", name=m.name,
+                defined_at=m.defined_at, trained=m.trained, params=sum(p.numel() for p in params),
+                trainable=sum(p.numel() for p in params if p.requires_grad), calls_seen=m.calls,
+                optimizers=[f["index"] for f in self.optimizers.values() if f["param_ids"] & owned],
+                first_call=FirstCall.from_dict(m.first_call) if m.first_call else None,
+                outputs=[Output(**o) for o in m.outputs], snapshot_note=m.snapshot_note, wrapper=m.wrapper))
         if self.optimizers and self.stop_reason is None and len(self.optimizers) > 1:
             # stopped from outside (Ctrl-C, a crash) between one optimizer's step and another's: the last steps
             # are not whole, and are left out
@@ -593,72 +511,61 @@ class Observer:
             for k, it in enumerate(self.iterations):
                 it["losses"] = [x for key in self._opt_order for x in (
                     self.optimizers[key]["losses"][k] if k < len(self.optimizers[key]["losses"]) else [])]
-        optimizers = [{k: v for k, v in f.items() if k not in ("param_ids", "losses")}
-                      for f in self.optimizers.values()]
         series = []  # which optimizer's (and so which model's) loss each history column is
         for key in self._opt_order:
             f = self.optimizers[key]
-            owners = [m.get("name") or m["class"] for m in models if f["index"] in m["optimizers"]]
+            owners = [m.label for m in models if f["index"] in m.optimizers]
             width = max((len(x) for x in f["losses"]), default=0)
             for k in range(width):  # a DCGAN's D step has two backward()s (real, fake): backward k of width
                 n = len(series)
-                series.append({"series": "loss" if n == 0 else f"loss_{n + 1}", "optimizer": f["class"],
-                               "optimizer_index": f["index"], "models": owners, "backward": k + 1, "of": width})
+                series.append(LossSeries(series="loss" if n == 0 else f"loss_{n + 1}", optimizer=f["class"],
+                                         optimizer_index=f["index"], models=owners, backward=k + 1, of=width))
         stopped = self.stop_reason or ("interrupted" if isinstance(error, KeyboardInterrupt) else
                                        "error" if error is not None else "ended")
-        return {
-            "schema": SCHEMA,
-            "rank": self.rank,
-            "seed": self.seed,
-            "steps_asked": self.steps,
-            "seconds_asked": self.seconds,
-            "stopped": stopped,
-            "exit_code": exit_code,
-            "error": f"{type(error).__name__}: {error}" if error is not None and not isinstance(error, SystemExit)
+        return Observation(
+            rank=self.rank, seed=self.seed, steps_asked=self.steps, seconds_asked=self.seconds, stopped=stopped,
+            exit_code=exit_code,
+            error=f"{type(error).__name__}: {error}" if error is not None and not isinstance(error, SystemExit)
             else None,
-            "wall_seconds": round(self._elapsed(), 4),
-            "first_model_call_at": self._first_call_t,
-            "step_unit": "optimizer step" if self.optimizers or self.optimizers_built else (
+            wall_seconds=round(self._elapsed(), 4), first_model_call_at=self._first_call_t,
+            step_unit="optimizer step" if self.optimizers or self.optimizers_built else (
                 "backward" if self.backwards else None),
-            "backwards": self.backwards,
-            "optimizers_built": self.optimizers_built,
-            "training": bool(self.optimizers or self.optimizers_built or self.backwards),
-            "loss_fn": self.loss_fn,
-            "grad_scaler": self.scaler,
-            "iterations": self.iterations,
-            "models": models,
-            "functions": self.functions,
-            "optimizers": optimizers,
-            "loss_series": series,
-            "notes": self.notes,
-            "random_draws_on_device": list(self.random_draws.values()),
-        }
+            backwards=self.backwards, optimizers_built=self.optimizers_built,
+            training=bool(self.optimizers or self.optimizers_built or self.backwards),
+            loss_fn=self.loss_fn, grad_scaler=self.scaler,
+            iterations=[Iteration(**it) for it in self.iterations], models=models, functions=self.functions,
+            optimizers=[OptimizerSeen(cls=f["class"], steps=f["steps"], params=f["params"], lr=f["lr"],
+                                      index=f["index"]) for f in self.optimizers.values()],
+            loss_series=series, notes=self.notes,
+            random_draws=[RandomDraw(**d) for d in self.random_draws.values()])
 
     def finish(self, exit_code: int | None, error: BaseException | None = None) -> dict[str, Any]:
+        """Switch off, write ``observe.json`` (the models and batches beside it on rank 0; ``overflow.json`` with
+        the watch on) and return what was written (the observation's JSON form)."""
         watch, self._watch = self._watch, None
         if watch is not None:
             watch.stop()
         self.uninstall()
         if not self.optimizers and self._losses and (self.steps is None or len(self.iterations) < self.steps):
             self._end_iteration(by="backward")  # the last hand-made update
-        data = self.findings(exit_code, error)
+        found = self.findings(exit_code, error)
         try:
             os.makedirs(self.out, exist_ok=True)
             suffix = "" if self.rank == 0 else f".rank{self.rank}"
             if self.rank == 0:
-                self._save_models(data)
+                snapshot.save_models(found, self.models.values(), self.out, self.root)
             from ascendify.core.fileio import write_atomic
             from ascendify.report import dumps_json
 
-            write_atomic(os.path.join(self.out, f"observe{suffix}.json"), dumps_json(data) + "\n")
+            write_atomic(os.path.join(self.out, f"observe{suffix}.json"), dumps_json(found.to_dict()) + "\n")
             if watch is not None:
                 write_atomic(os.path.join(self.out, f"overflow{suffix}.json"),
-                             dumps_json(self.overflow_summary(watch, data)) + "\n")
+                             dumps_json(self.overflow_summary(watch, found)) + "\n")
         except Exception as e:  # noqa: BLE001 (the user's run must never fail because of us)
             print(f"ascendify: could not write the run's findings to {self.out}: {e}", file=sys.stderr)
-        return data
+        return found.to_dict()
 
-    def overflow_summary(self, watch: Any, data: dict[str, Any]) -> dict[str, Any]:
+    def overflow_summary(self, watch: Any, found: Observation) -> dict[str, Any]:
         """The watch's summary (the fields of ``dump --overflow``'s overflow.json) for this run: each finding gets
         the observed step it fell in (``iteration``, 0-based: the steps whole before it; the set-up before the
         first step counts as step 0), and paths inside the run's tree become relative to it."""
@@ -673,7 +580,7 @@ class Observer:
             if where.get("file"):
                 where["file"] = self._in_root(where["file"])
         return {"schema": "ascendify.overflow/1", "rank": self.rank, "steps_seen": len(self.iterations),
-                "stopped": data.get("stopped"), "exit_code": data.get("exit_code"), **s}
+                "stopped": found.stopped, "exit_code": found.exit_code, **s}
 
     def _in_root(self, path: str | None) -> str | None:
         if not path:
@@ -681,199 +588,8 @@ class Observer:
         p = os.path.abspath(path)
         return os.path.relpath(p, self.root) if p.startswith(self.root + os.sep) else path
 
-    def _save_models(self, data: dict[str, Any]) -> None:
-        import torch
-
-        by_index = {m.index: m for m in self.models.values()}
-        for entry in data["models"]:
-            m = by_index[entry["index"]]
-            if m.batch is not None:
-                path = os.path.join(self.out, f"batch-{m.index}.pt")
-                try:
-                    torch.save(m.batch, path)
-                    entry["batch_file"] = os.path.basename(path)
-                except Exception as e:  # noqa: BLE001
-                    entry["snapshot_note"] = f"batch not saved: {type(e).__name__}: {e}"
-            if m.snapshot is not None:
-                path = os.path.join(self.out, f"model-{m.index}.pkl")
-                try:
-                    _pickle_by_value(m.snapshot, path, self.root)
-                    entry["file"] = os.path.basename(path)
-                except Exception as e:  # noqa: BLE001
-                    entry["snapshot_note"] = f"model not saved: {type(e).__name__}: {e}"
 
 
 # -- helpers ---------------------------------------------------------------------------------------------------
 
 
-def _batch_size(mod: Any, tensors: list) -> int | None:
-    """The first dimension of the first tensor input, or the second where the model runs a sequence-first RNN
-    (``nn.LSTM`` without ``batch_first``: the input is sequence x batch)."""
-    import torch
-
-    if not tensors or tensors[0].dim() == 0:
-        return None
-    x = tensors[0]
-    rnns = [m for m in mod.modules() if isinstance(m, torch.nn.RNNBase)]
-    if rnns and not rnns[0].batch_first and x.dim() >= 2:
-        return int(x.shape[1])
-    return int(x.shape[0])
-
-
-_WRAPPERS = {"DistributedDataParallel": "module", "DataParallel": "module", "OptimizedModule": "_orig_mod",
-             "FullyShardedDataParallel": "_fsdp_wrapped_module"}
-
-
-def _unwrap(mod: Any) -> Any:
-    """The user's model inside the wrappers that only distribute or compile it (DDP's ``.module``, a compiled
-    module's ``_orig_mod``): what can be copied, compared and benched in one process."""
-    for _ in range(4):
-        attr = _WRAPPERS.get(type(mod).__name__)
-        inner = getattr(mod, attr, None) if attr else None
-        if inner is None:
-            return mod
-        mod = inner
-    return mod
-
-
-def _autocast_state(device_type: str) -> dict[str, Any]:
-    import torch
-
-    for dt in dict.fromkeys((device_type, "cuda", "cpu")):
-        try:
-            if torch.is_autocast_enabled(dt):
-                return {"enabled": True, "device_type": dt,
-                        "dtype": str(torch.get_autocast_dtype(dt)).replace("torch.", "")}
-        except (RuntimeError, TypeError, ValueError):
-            continue
-    return {"enabled": False, "device_type": device_type, "dtype": None}
-
-
-def _bound_name(mod: Any, frame: Any) -> str | None:
-    """The name the calling code holds the module under (``netG``, ``self.model``), when it is easy to see."""
-    try:
-        for _ in range(3):
-            if frame is None:
-                return None
-            for scope in (frame.f_locals, frame.f_globals):
-                for k, v in scope.items():
-                    if v is mod and k != "self":  # a model calling itself (GPT.generate) says nothing
-                        return k
-            me = frame.f_locals.get("self")
-            if me is not None and hasattr(me, "__dict__"):
-                for k, v in vars(me).items():
-                    if v is mod:
-                        return f"self.{k}"
-            frame = frame.f_back
-    except Exception:  # noqa: BLE001 (a name is a nicety)
-        return None
-    return None
-
-
-def _in_compiler() -> bool:
-    """True when the caller runs inside torch.compile's machinery (Dynamo, AOTAutograd, inductor), which draws
-    random example tensors to trace its patterns on the graph's device."""
-    import torch
-
-    parts = tuple(os.path.join(os.path.dirname(torch.__file__), d) for d in ("_inductor", "_dynamo", "_functorch"))
-    f = sys._getframe(2)
-    for _ in range(60):
-        if f is None:
-            return False
-        if f.f_code.co_filename.startswith(parts):
-            return True
-        f = f.f_back
-    return False
-
-
-def _user_site(root: str) -> str | None:
-    """``file:line`` of the innermost frame in the user's code (not torch, not ascendify)."""
-    import torch
-
-    skip = (os.path.dirname(torch.__file__), os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    f = sys._getframe(2)
-    for _ in range(40):
-        if f is None:
-            return None
-        path = f.f_code.co_filename
-        if not path.startswith(skip) and not path.startswith("<"):
-            try:
-                rel = os.path.relpath(path, root)
-                path = rel if not rel.startswith("..") else os.path.basename(path)
-            except ValueError:
-                path = os.path.basename(path)
-            return f"{path}:{f.f_lineno}"
-        f = f.f_back
-    return None
-
-
-def _defined_at(cls: type, root: str) -> str | None:
-    import inspect
-
-    try:
-        path = inspect.getsourcefile(cls)
-        line = inspect.getsourcelines(cls)[1]
-    except (OSError, TypeError):
-        return None
-    if not path:
-        return None
-    try:
-        rel = os.path.relpath(path, root)
-        path = rel if not rel.startswith("..") else os.path.basename(path)
-    except ValueError:
-        path = os.path.basename(path)
-    return f"{path}:{line}"
-
-
-def _opt_params(opt: Any) -> int:
-    return sum(p.numel() for g in opt.param_groups for p in g["params"])
-
-
-def _lr(opt: Any) -> float | None:
-    try:
-        lr = opt.param_groups[0].get("lr")
-        return float(lr)
-    except (TypeError, ValueError, IndexError, AttributeError):
-        return None
-
-
-def _copy_by_value(obj: Any, root: str) -> Any:
-    import cloudpickle
-
-    try:
-        return cloudpickle.loads(_dumps_by_value(obj, root))
-    except Exception:  # noqa: BLE001 (a model cloudpickle cannot take: deepcopy, and say nothing)
-        return copy.deepcopy(obj)
-
-
-def _pickle_by_value(obj: Any, path: str, root: str) -> None:
-    """cloudpickle ``obj`` with every module of the user's project (files under ``root``, and ``__main__``) by
-    value: loading it needs neither the project on ``sys.path`` nor its module names free."""
-    from ascendify.core.fileio import write_atomic
-
-    write_atomic(path, _dumps_by_value(obj, root))
-
-
-def _dumps_by_value(obj: Any, root: str) -> bytes:
-    import cloudpickle
-
-    registered = []
-    root = os.path.abspath(root) + os.sep
-    for name, mod in list(sys.modules.items()):
-        f = getattr(mod, "__file__", None)
-        if not f or name == "__main__" or "site-packages" in f:
-            continue
-        if os.path.abspath(f).startswith(root):
-            try:
-                cloudpickle.register_pickle_by_value(mod)
-                registered.append(mod)
-            except ValueError:
-                pass
-    try:
-        return cloudpickle.dumps(obj)
-    finally:
-        for mod in registered:
-            try:
-                cloudpickle.unregister_pickle_by_value(mod)
-            except ValueError:
-                pass

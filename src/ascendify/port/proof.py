@@ -25,7 +25,7 @@ from typing import Any
 
 from ascendify.report.tables import plural
 
-Steps = dict[str, Any]  # step id -> its StepResult (ascendify.port.steps): status, headline, facts
+Steps = dict[str, Any]  # stage id -> its StageResult (ascendify.port.stages.base): status, headline, facts
 
 SIDES = (("golden", "the original"), ("target", "the migrated copy"))
 
@@ -146,8 +146,6 @@ def gaps(steps: Steps) -> list[str]:
         out.append("the lockstep did not run (--skip compare)" if why.startswith("skipped (--skip)") else
                    f"the lockstep compared nothing ({why.removeprefix('nothing to compare: ')})")
     elif ls.get("verdict") == "not comparable" and ls.get("random_draws"):
-        from ascendify.port.steps import random_in_forward
-
         out.append(f"the lockstep cannot compare the model: {random_in_forward(ls['random_draws'])}")
     elif ls.get("verdict") not in ("match", "divergence") and not ls.get("error"):
         out.append(f"the lockstep gave no verdict ({ls.get('verdict') or 'not run'})")
@@ -196,3 +194,14 @@ def evidence(steps: Steps) -> str:
         parts.append(f"{cv.get('what', 'loss')} curves {cv['verdict'].upper()}"
                      + (" (random draws on the device)" if cv["verdict"] == "not comparable" else ""))
     return "; ".join(parts)
+
+
+def random_in_forward(draws: list[dict[str, Any]]) -> str:
+    """Why a lockstep is not comparable: the model draws random numbers in its forward (the lockstep's
+    ``random_draws``).
+
+    >>> random_in_forward([{"module": "(root)", "api": "torch.randn_like", "calls": 4, "first_at": "main.py:62"}])
+    'the model draws random numbers in its forward, in eval mode too (torch.randn_like at main.py:62)'
+    """
+    d = draws[0]
+    return f"the model draws random numbers in its forward, in eval mode too ({d['api']} at {d['first_at']})"

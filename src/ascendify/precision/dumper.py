@@ -33,12 +33,14 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import itertools
 import linecache
 import math
 import os
 import shutil
 import sys
 import weakref
+from collections import OrderedDict
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -120,24 +122,29 @@ class DumpTooLarge(RuntimeError):
 
 
 _dtype_names: dict[torch.dtype, str] = {}
+_Tensor = torch.Tensor
+_modules = sys.modules
+_is_lazy = torch.nn.parameter.is_lazy
+_KEYS = tuple(str(i) for i in range(64))  # argument keys "0", "1", ...
 
 
 _device_names: dict[torch.device, str] = {}
 
 
 def _meta(t: torch.Tensor) -> tuple[str, tuple[int, ...], bool, str]:
+    """(dtype name, shape, requires_grad, device name). The shape is the tensor's ``torch.Size`` (a tuple; copying
+    it into a plain tuple costs more than the rest together)."""
     dt = t.dtype
     name = _dtype_names.get(dt)
     if name is None:
         name = _dtype_names[dt] = str(dt)
     if t.is_cpu:
-        dev = "cpu"
-    else:
-        d = t.device
-        dev = _device_names.get(d)
-        if dev is None:
-            dev = _device_names[d] = str(d)
-    return (name, tuple(t.shape), t.requires_grad, dev)
+        return (name, t.shape, t.requires_grad, "cpu")
+    d = t.device
+    dev = _device_names.get(d)
+    if dev is None:
+        dev = _device_names[d] = str(d)
+    return (name, t.shape, t.requires_grad, dev)
 
 
 def _scalar(v: Any, key: str) -> ScalarArg:
@@ -281,7 +288,7 @@ class _Rec:
 
     __slots__ = (
         "name", "kind", "direction", "call_index", "order", "module_path", "api", "class_name", "parent",
-        "args", "outputs", "params", "grads", "source", "autocast", "backward", "base", "ac",
+        "args", "outputs", "params", "grads", "source", "autocast", "backward", "base", "ac", "lazy",
     )  # fmt: skip
 
     def __init__(self, name, kind, direction, call_index, order, module_path, api, class_name, parent, base):
@@ -302,7 +309,8 @@ class _Rec:
         self.source = None
         self.autocast = None
         self.backward: _Rec | None = None
-        self.ac: list[str] = []
+        self.ac: list[str] | tuple = ()  # autocast devices on at the call (_autocast_devices)
+        self.lazy: torch.nn.Module | None = None  # a module with uninitialised parameters (_record_params)
 
 
 def _api_info(func) -> tuple[str, str] | None:
@@ -395,20 +403,25 @@ class _ApiMode(TorchFunctionMode):
         self.d = dumper
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        if kwargs is None:
-            kwargs = {}
         d = self.d
-        if d._table.pending is not None and not d._busy and func not in _KEEPS_DEFERRED:
+        if d._busy:  # the dumper's own calls
+            return func(*args, **kwargs) if kwargs else func(*args)
+        if d._table.pending is not None and func not in _KEEPS_DEFERRED:
             d._table.settle()  # this call could write to the deferred tensor: take its statistics first
-        if not d._recording or d._busy:
-            if not (d._busy or d._step_active or d._in_optimizer) and _cached_api_info(func) is not None:
+        try:
+            info = _api_cache[func]
+        except (KeyError, TypeError):
+            info = _cached_api_info(func)
+        if not d._recording:
+            if info is not None and not (d._step_active or d._in_optimizer):
                 d._step_active = True  # a call this step would have recorded (the optimizer's own are not)
-            return func(*args, **kwargs)
-        info = _cached_api_info(func)
-        if info is None or _from_emulator_kernel():
-            return func(*args, **kwargs)
+            return func(*args, **kwargs) if kwargs else func(*args)
+        if info is None or ("ascendify.emulator" in _modules and _from_emulator_kernel()):
+            return func(*args, **kwargs) if kwargs else func(*args)
         if info[0] in _OPERATOR_FORMS:
             info = _operator_form(info)
+        if kwargs is None:
+            kwargs = {}
         rec = d._begin_api(info, args, kwargs)
         out = func(*args, **kwargs)
         if rec is not None:
@@ -456,6 +469,7 @@ class Dumper:
             raise DumpError(self.root, "the dump folder exists and is not a folder")
         self.level = level
         self.mode = mode
+        self._keeps = mode != "stats"  # tensor and checksum modes keep something of each tensor (_keep)
         self.steps = None if steps is None else frozenset(int(s) for s in steps)
         self.ranks = None if ranks is None else frozenset(int(r) for r in ranks)
         if isinstance(scope, str):
@@ -567,7 +581,7 @@ class Dumper:
             # and torch.compile then warns about global hooks for the rest of the process
             _m._global_forward_hooks_with_kwargs.pop(getattr(h, "id", None), None)
         for h in self._param_handles.values():
-            h.remove()
+            _remove_grad_hook(h)
         self._handles.clear()
         self._param_handles.clear()
         self._stack.clear()
@@ -647,16 +661,16 @@ class Dumper:
     def _stat(self, t: torch.Tensor, defer: bool = False) -> int:
         """Index of ``t``'s statistics vector in this step (computed once per tensor version). ``defer``: an API
         call's output, which may wait for the next call (``StatTable.add``; ``_ApiMode`` settles it)."""
-        key = id(t)
         try:
             ver = t._version
         except RuntimeError:  # inference tensors keep no version counter: summarise them every time
             ver = None
-        if ver is not None and t.is_leaf and t.requires_grad:
-            return self._param_stat(t, key, ver)
-        seen = self._seen.get(key) if ver is not None else None
-        if seen is not None and seen[1] == ver and seen[0]() is t:
-            return seen[2]
+        else:
+            if t.requires_grad and t.is_leaf:
+                return self._param_stat(t, id(t), ver)
+            seen = self._seen.get(id(t))
+            if seen is not None and seen[1] == ver and seen[0]() is t:
+                return seen[2]
         table = self._table
         skey = _memory_key(t, ver)
         base = self._storage.get(skey) if skey is not None else None
@@ -668,7 +682,8 @@ class Dumper:
             if skey is not None and table.has(idx):
                 self._storage.pop(skey, None)
         self._remember(t, ver, skey, idx, base)
-        self._keep(t, idx)
+        if self._keeps:
+            self._keep(t, idx)
         return idx
 
     def _remember(self, t: torch.Tensor, ver: int | None, skey: tuple | None, idx: int, base: tuple | None) -> None:
@@ -681,11 +696,13 @@ class Dumper:
         except TypeError:
             return
         self._seen[id(t)] = (ref, ver, idx)
+        if skey is None:
+            return
         if base is not None:
             # the newest tensor over this memory keeps the entry valid (while it lives, the memory is not reused):
             # q/k/v's slices die inside the attention code, their views and transposes live on
             self._storage[skey] = (ref, ver, base[2])
-        elif skey is not None and self._table.has(idx) and skey not in self._storage:
+        elif self._table.has(idx) and skey not in self._storage:
             self._storage[skey] = (ref, ver, idx)
 
     def _split_stat(self, src: int, parts: list[torch.Tensor]) -> None:
@@ -730,7 +747,8 @@ class Dumper:
         idx = self._table.add(t)
         if self._stack:
             self._params_seen[key] = (ver, idx)
-        self._keep(t, idx)
+        if self._keeps:
+            self._keep(t, idx)
         return idx
 
     def _copy_stat(self, out: torch.Tensor, src_idx: int) -> None:
@@ -745,9 +763,18 @@ class Dumper:
         except (TypeError, RuntimeError):
             pass
 
+    def _item(self, t: torch.Tensor, key: str, defer: bool = False) -> tuple:
+        """``(key, metadata, statistics row)`` of a tensor; an uninitialised parameter of a lazy module (no shape,
+        no values yet) as a value without statistics."""
+        try:
+            meta = _meta(t)
+        except RuntimeError:
+            return (key, _scalar(t, key), None)
+        return (key, meta, self._stat(t, defer))
+
     def _value(self, v: Any, key: str, out: list) -> None:
-        if isinstance(v, torch.Tensor):
-            out.append((key, _meta(v), self._stat(v)))
+        if isinstance(v, _Tensor):
+            out.append(self._item(v, key))
         elif isinstance(v, (list, tuple)) and not isinstance(v, torch.Size):
             if not v:
                 out.append((key, ScalarArg(type(v).__name__, [], key), None))
@@ -757,19 +784,43 @@ class Dumper:
             out.append((key, _scalar(v, key), None))
 
     def _record_inputs(self, rec: _Rec, args, kwargs, grad_on: bool) -> None:
+        # gradients of non-leaf tensor inputs (a tensor argument, or one in a list argument) are the backward node's
+        # outputs (leaves: see parameter hooks)
+        out = rec.args
+        watch = self.backward and grad_on
         for i, a in enumerate(args):
-            self._value(a, str(i), rec.args)
-        for k, a in kwargs.items():
-            self._value(a, k, rec.args)
-        if self.backward and grad_on:
-            # gradients of non-leaf tensor inputs: the backward node's outputs (leaves: see parameter hooks)
-            for key, a in _tensor_args(args, kwargs):
-                if a.requires_grad and a.grad_fn is not None:
+            key = _KEYS[i] if i < len(_KEYS) else str(i)
+            if isinstance(a, _Tensor):  # most arguments: _value's first case, inline
+                item = self._item(a, key)
+                out.append(item)
+                if watch and a.requires_grad and a.grad_fn is not None and item[2] is not None:
+                    self._watch_grad(a, rec, "output", key, item[2])
+            else:
+                self._value(a, key, out)
+                if watch and isinstance(a, (list, tuple)):
+                    self._watch_list(a, rec, key)
+        if kwargs:
+            for key, a in kwargs.items():
+                self._value(a, key, out)
+                if watch and isinstance(a, _Tensor) and a.requires_grad and a.grad_fn is not None:
                     self._watch_grad(a, rec, "output", key)
+
+    def _watch_list(self, items, rec: _Rec, key: str) -> None:
+        for j, x in enumerate(items):
+            if isinstance(x, _Tensor) and x.requires_grad and x.grad_fn is not None:
+                self._watch_grad(x, rec, "output", f"{key}.{j}")
 
     def _record_outputs(self, rec: _Rec, out) -> list[tuple[str, torch.Tensor, int]]:
         """Record the outputs; return the tensors that need a gradient hook."""
-        if isinstance(out, torch.Tensor):
+        if isinstance(out, _Tensor):
+            if rec.api not in _COPY_OPS and rec.api not in _SPLIT_OPS:  # most calls: one tensor out, as below
+                # an API call's single output may wait for the next call (which settles it unless it is a view or
+                # split)
+                item = self._item(out, "0", rec.kind == "api")
+                rec.outputs.append(item)
+                if out.requires_grad and out.grad_fn is not None:  # never a hook on a leaf (it would outlive the step)
+                    return [("0", out, item[2])]
+                return []
             flat = [("0", out)]
         elif isinstance(out, (list, tuple)):
             flat = []
@@ -794,10 +845,10 @@ class Dumper:
         defer = rec.kind == "api" and isinstance(out, torch.Tensor)
         for key, v in flat:
             if isinstance(v, torch.Tensor):
-                idx = self._stat(v, defer)
-                rec.outputs.append((key, _meta(v), idx))
+                item = self._item(v, key, defer)
+                rec.outputs.append(item)
                 if v.requires_grad and v.grad_fn is not None:  # never a hook on a leaf: it would outlive the step
-                    grad_out.append((key, v, idx))
+                    grad_out.append((key, v, item[2]))
             elif v is not None:
                 rec.outputs.append((key, _scalar(v, key), None))
         return grad_out
@@ -852,16 +903,30 @@ class Dumper:
                         if ac:
                             rec.autocast = str(torch.get_autocast_dtype(ac[-1]))
                         self._record_inputs(rec, args, kwargs, grad_on)
-                        for pname, p in module._parameters.items():  # named_parameters(recurse=False), cheaper
-                            if p is None:
-                                continue
-                            rec.params[pname] = (_meta(p), self._stat(p))
-                            if self.backward and p.requires_grad and id(p) not in self._param_handles:
-                                self._param_handles[id(p)] = p.register_hook(self._param_grad_hook(path, cls, pname))
+                        self._record_params(rec, module)
                 finally:
                     self._busy = False
         self._stack.append((module, path, rec))
         return None
+
+    def _record_params(self, rec: _Rec, module: torch.nn.Module) -> None:
+        """The module's own parameters (``named_parameters(recurse=False)``, cheaper). A lazy module's parameter
+        (``nn.LazyLinear``) is uninitialised until the module's own pre-hook, which may run after ours (``ascendify
+        dump``'s global hooks run first), gives it a shape: it is recorded when the module returns."""
+        lazy = False
+        for pname, p in module._parameters.items():
+            if p is None or pname in rec.params:
+                continue
+            if _is_lazy(p):
+                lazy = True
+                continue
+            rec.params[pname] = (_meta(p), self._stat(p))
+            if self.backward and p.requires_grad and id(p) not in self._param_handles:
+                self._param_handles[id(p)] = _add_grad_hook(p, self._param_grad_hook(rec.module_path, rec.class_name,
+                                                                                     pname))
+        if rec.lazy is not None:  # the module returned: parameters in the module's order
+            rec.params = {n: rec.params[n] for n in module._parameters if n in rec.params}
+        rec.lazy = module if lazy and rec.lazy is None else None
 
     def _post_hook(self, module, args, kwargs, output):
         if not self._stack:
@@ -883,17 +948,19 @@ class Dumper:
             return None
         base, api = info
         module_path = self._stack[-1][1] if self._stack else None
-        if not self._in_scope(module_path, base):
+        if self.scope and not self._in_scope(module_path, base):
             return None
         self._busy = True
         grad_on = torch.is_grad_enabled()
         try:
-            ac = _autocast_devices()
-            with _quiet(ac, dtf=False):  # inside the mode's own handler: the mode is off already
-                rec = self._new_rec(base, "api", module_path, api, None)
-                rec.ac = ac
-                if ac:
+            rec = self._new_rec(base, "api", module_path, api, None)
+            ac = _autocast_devices() if _any_autocast() else None
+            if ac:
+                with _quiet(ac, dtf=False):  # inside the mode's own handler: the mode is off already
+                    rec.ac = ac
                     rec.autocast = str(torch.get_autocast_dtype(ac[-1]))
+                    self._record_inputs(rec, args, kwargs, grad_on)
+            else:
                 self._record_inputs(rec, args, kwargs, grad_on)
         finally:
             self._busy = False
@@ -903,15 +970,23 @@ class Dumper:
         self._busy = True
         try:
             grad_on = torch.is_grad_enabled()
-            with _quiet(rec.ac, dtf=rec.kind == "module"):
-                grad_out = self._record_outputs(rec, out)
-                if rec.kind == "api" and not _has_tensor(rec.args) and not _has_tensor(rec.outputs):
-                    rec.kind = None  # no tensor in or out: not a node (dropped at flush)
-                if self.backward and grad_out and grad_on:
-                    for key, t, idx in grad_out:
-                        self._watch_grad(t, rec, "input", key, idx)
+            if rec.kind == "api" and not rec.ac:  # inside the mode's handler, autocast off: nothing to switch off
+                self._end_body(rec, out, grad_on)
+            else:
+                with _quiet(rec.ac, dtf=rec.kind == "module"):
+                    self._end_body(rec, out, grad_on)
         finally:
             self._busy = False
+
+    def _end_body(self, rec: _Rec, out, grad_on: bool) -> None:
+        if rec.lazy is not None:
+            self._record_params(rec, rec.lazy)
+        grad_out = self._record_outputs(rec, out)
+        if rec.kind == "api" and not _has_tensor(rec.args) and not _has_tensor(rec.outputs):
+            rec.kind = None  # no tensor in or out: not a node (dropped at flush)
+        if grad_out and grad_on and self.backward:
+            for key, t, idx in grad_out:
+                self._watch_grad(t, rec, "input", key, idx)
 
     def _watch_grad(self, t: torch.Tensor, rec: _Rec, side: str, key: str, idx: int | None = None) -> None:
         """Record ``t``'s gradient as ``rec``'s backward input ("input": ``t`` is an output of ``rec``) or output
@@ -922,7 +997,7 @@ class Dumper:
         targets = self._grad_targets.get(idx)
         if targets is None:
             targets = self._grad_targets[idx] = []
-            t.register_hook(self._grad_hook(targets))
+            _add_grad_hook(t, self._grad_hook(targets))
         targets.append((rec, side, key))
 
     def _grad_hook(self, targets: list):
@@ -1038,12 +1113,18 @@ def _memory_key(t: torch.Tensor, ver: int | None) -> tuple | None:
     if ver is None:
         return None
     try:
-        if not t.numel() or t.layout != torch.strided:
+        n = t.numel()
+        if not n or t.layout is not _STRIDED:
             return None
         ptr = t.data_ptr()
-        return (ptr, t.dtype, _footprint(t)) if ptr else None
+        if not ptr:
+            return None
+        return (ptr, t.dtype, n if t.is_contiguous() else _footprint(t))
     except Exception:
         return None
+
+
+_STRIDED = torch.strided
 
 
 def _footprint(t: torch.Tensor) -> int | tuple[tuple[int, int], ...]:
@@ -1068,21 +1149,44 @@ def _footprint(t: torch.Tensor) -> int | tuple[tuple[int, int], ...]:
     return tuple(runs)
 
 
+_hook_keys = itertools.count(-1, -1)  # torch's own hook handles count up from 0
+
+
+def _add_grad_hook(t: torch.Tensor, hook) -> Any:
+    """``t.register_hook(hook)`` without the removable handle it builds (most of its cost: a non-leaf's hook is never
+    removed, it goes with the tensor). The steps are ``Tensor.register_hook``'s own; a tensor subclass, or a torch
+    without them, gets ``register_hook``. Returns what :func:`_remove_grad_hook` takes."""
+    if type(t) in _PLAIN_TENSORS:
+        try:
+            hooks = t._backward_hooks
+            if hooks is None:
+                hooks = OrderedDict()
+                t._backward_hooks = hooks
+                if t.grad_fn is not None:
+                    t.grad_fn._register_hook_dict(t)
+            key = next(_hook_keys)
+            hooks[key] = hook
+            return (hooks, key)
+        except AttributeError:
+            pass
+    return t.register_hook(hook)
+
+
+def _remove_grad_hook(handle) -> None:
+    if isinstance(handle, tuple):
+        handle[0].pop(handle[1], None)
+    else:
+        handle.remove()
+
+
+_PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
+
+
 def _has_tensor(items: list) -> bool:
-    return any(not isinstance(it[1], ScalarArg) for it in items)
-
-
-def _tensor_args(args, kwargs):
-    for i, a in enumerate(args):
-        if isinstance(a, torch.Tensor):
-            yield str(i), a
-        elif isinstance(a, (list, tuple)):
-            for j, x in enumerate(a):
-                if isinstance(x, torch.Tensor):
-                    yield f"{i}.{j}", x
-    for k, a in kwargs.items():
-        if isinstance(a, torch.Tensor):
-            yield k, a
+    for it in items:
+        if it[2] is not None:  # a tensor's statistics row (None: a ScalarArg)
+            return True
+    return False
 
 
 def _flatten(v, prefix: str, out: list) -> None:

@@ -14,7 +14,14 @@ closer to exact: double across blocks).
 
 Covered: float32, bfloat16 and float16 tensors in host memory, of any strides (up to 16 dimensions). One call
 (``vec_*``) gives a tensor's whole statistics vector, the fingerprint included (``stats.StatTable``); the fingerprint
-sums 64 samples at a time in float32 vectors, then in double.
+sums 64 samples at a time in float32 vectors, then in double, gathering a strided view's samples at offsets computed
+once per layout (``offsets``).
+
+Where Python's headers are installed the same library is also built as the Python module ``ascendify_fused_stats``
+(:func:`ext`): its ``fill`` calls a kernel for about 0.2 us where ctypes' conversion of the ten arguments cost
+several (a dump's fixed cost per tensor: ``benchmarks/dump_overhead.py``'s short configuration).
+``ASCENDIFY_FUSED_STATS_EXT=0``, or no headers, leaves ctypes alone: the same numbers
+(``tests/precision/test_fused_stats.py``).
 """
 
 from __future__ import annotations
@@ -31,6 +38,10 @@ from pathlib import Path
 from ascendify.core.fileio import cache_dir
 
 _SOURCE = r"""
+#ifdef WITH_PYTHON
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#endif
 #include <stdint.h>
 #include <string.h>
 #include <math.h>
@@ -96,12 +107,13 @@ static void NAME(acc_t* a, const T* x, int64_t n, int64_t st) {                 
    out[0..5] = [min, max, sum, norm, nan_count, inf_count], copied from `head` when it is not NULL (a view of
    elements already summarised), out[6..13] = the fingerprint (precision.model) over logical positions.
    dims: sizes[0..nd-1] then, from dims + MAXDIM, strides (elements), in logical order; pos: NULL = every position
-   (k == numel). The head walks memory order (dimensions sorted by stride, contiguous neighbours merged), so a
-   transposed or sliced view reads memory in sequence. */
+   (k == numel); offs: the positions' memory offsets (`offsets`), or NULL to compute them here. The head walks
+   memory order (dimensions sorted by stride, contiguous neighbours merged), so a transposed or sliced view reads
+   memory in sequence. */
 #define VEC(NAME, RUNNAME, T, LOAD)                                                                              \
 RUNS(RUNNAME##_s, T, LOAD)                                                                                       \
 void NAME(const T* x, int nd, const int64_t* dims, const int64_t* pos, int64_t k, const float* w, float scale,  \
-          const float* head, float* out) {                                                                       \
+          const float* head, float* out, const int64_t* offs) {                                                   \
     const int64_t* sizes = dims; const int64_t* strides = dims + MAXDIM;                                         \
     if (head) { for (int j = 0; j < 6; j++) out[j] = head[j]; }                                                  \
     else {                                                                                                       \
@@ -162,7 +174,8 @@ void NAME(const T* x, int nd, const int64_t* dims, const int64_t* pos, int64_t k
         int64_t end = b + 64 < k ? b + 64 : k;                                                                   \
         for (int64_t i = b; i < end; i++) {                                                                     \
             int64_t l = pos ? pos[i] : i, off = 0;                                                               \
-            if (contiguous) off = l;                                                                             \
+            if (offs) off = offs[i];                                                                             \
+            else if (contiguous) off = l;                                                                        \
             else for (int d = nd - 1; d >= 0; d--) { off += (l % sizes[d]) * strides[d]; l /= sizes[d]; }        \
             float v = LOAD(x[off]);                                                                              \
             const float* wi = w + 8 * i;                                                                         \
@@ -171,6 +184,18 @@ void NAME(const T* x, int nd, const int64_t* dims, const int64_t* pos, int64_t k
         for (int j = 0; j < 8; j++) acc[j] += part[j];                                                           \
     }                                                                                                            \
     for (int j = 0; j < 8; j++) out[6 + j] = (float)(acc[j] * scale);                                            \
+}
+
+/* The memory offsets (elements) of the fingerprint's k logical positions `pos` (NULL: 0..k-1) in a tensor of
+   sizes/strides `dims` (as for vec_*): computed once per layout (stats._offsets) and passed to vec_* as `offs`, so
+   a strided view's fingerprint gathers without a division per sample and dimension. */
+void offsets(int nd, const int64_t* dims, const int64_t* pos, int64_t k, int64_t* out) {
+    const int64_t* sizes = dims; const int64_t* strides = dims + MAXDIM;
+    for (int64_t i = 0; i < k; i++) {
+        int64_t l = pos ? pos[i] : i, off = 0;
+        for (int d = nd - 1; d >= 0; d--) { off += (l % sizes[d]) * strides[d]; l /= sizes[d]; }
+        out[i] = off;
+    }
 }
 
 #define ID(v) (v)
@@ -184,10 +209,73 @@ VEC(vec_bf16, run_bf16, uint16_t, BF)
 RUN(run_f16, _Float16, HF)
 VEC(vec_f16, run_f16, _Float16, HF)
 #endif
+
+#ifdef WITH_PYTHON
+/* The same kernels as the Python module ``ascendify_fused_stats`` (``ext()``): a call costs about 0.2 us where ctypes'
+   conversion of ten arguments and the dims array cost several. */
+typedef void (*vec_fn)(const void*, int, const int64_t*, const int64_t*, int64_t, const float*, float, const float*,
+                       float*, const int64_t*);
+static vec_fn kinds[3];
+
+static void* as_ptr(PyObject* o) { return o == Py_None ? NULL : PyLong_AsVoidPtr(o); }
+
+/* fill(kind, data_ptr, shape, strides, positions, k, weights, scale, head, out, offsets): vec_* of dtype kind
+   (0 float32, 1 bfloat16, 2 float16) on a tensor of these sizes and strides (tuples); pointers as ints or None. */
+static PyObject* fr_fill(PyObject* self, PyObject* const* a, Py_ssize_t n) {
+    if (n != 11) { PyErr_SetString(PyExc_TypeError, "fill takes 11 arguments"); return NULL; }
+    long kind = PyLong_AsLong(a[0]);
+    if (kind < 0 || kind > 2 || !kinds[kind]) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "no kernel for this dtype");
+        return NULL;
+    }
+    if (!PyTuple_Check(a[2]) || !PyTuple_Check(a[3]) || PyTuple_GET_SIZE(a[2]) != PyTuple_GET_SIZE(a[3])
+        || PyTuple_GET_SIZE(a[2]) > MAXDIM) {
+        PyErr_SetString(PyExc_ValueError, "shape and strides: tuples of the same length, at most 16");
+        return NULL;
+    }
+    int nd = (int)PyTuple_GET_SIZE(a[2]);
+    int64_t dims[2 * MAXDIM];
+    for (int d = 0; d < nd; d++) {
+        dims[d] = PyLong_AsLongLong(PyTuple_GET_ITEM(a[2], d));
+        dims[MAXDIM + d] = PyLong_AsLongLong(PyTuple_GET_ITEM(a[3], d));
+    }
+    const void* x = as_ptr(a[1]);
+    const int64_t* pos = (const int64_t*)as_ptr(a[4]);
+    int64_t k = PyLong_AsLongLong(a[5]);
+    const float* w = (const float*)as_ptr(a[6]);
+    double scale = PyFloat_AsDouble(a[7]);
+    const float* head = (const float*)as_ptr(a[8]);
+    float* out = (float*)as_ptr(a[9]);
+    const int64_t* offs = (const int64_t*)as_ptr(a[10]);
+    if (PyErr_Occurred()) return NULL;
+    if (!x || !out || !w) { PyErr_SetString(PyExc_ValueError, "a null pointer"); return NULL; }
+    Py_BEGIN_ALLOW_THREADS
+    kinds[kind](x, nd, dims, pos, k, w, (float)scale, head, out, offs);
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef fr_methods[] = {
+    {"fill", (PyCFunction)(void (*)(void))fr_fill, METH_FASTCALL, "vec_* on a strided tensor"},
+    {NULL, NULL, 0, NULL},
+};
+static struct PyModuleDef fr_module = {PyModuleDef_HEAD_INIT, "ascendify_fused_stats", NULL, -1, fr_methods};
+
+PyMODINIT_FUNC PyInit_ascendify_fused_stats(void) {
+    kinds[0] = (vec_fn)vec_f32;
+    kinds[1] = (vec_fn)vec_bf16;
+#ifdef WITH_F16
+    kinds[2] = (vec_fn)vec_f16;
+#endif
+    return PyModule_Create(&fr_module);
+}
+#endif
 """
 
 _lib = None
+_ext = None
 _tried = False
+EXT_NAME = "ascendify_fused_stats"
 
 
 def _cpu_key() -> str:
@@ -220,9 +308,30 @@ def _build(cc: str, flags: list[str], dest: Path) -> bool:
     return True
 
 
+def _python_flags() -> list[str]:
+    """Flags that build the library as the Python module ``ascendify_fused_stats`` too, or [] without Python's
+    headers (then only ctypes serves)."""
+    if os.environ.get("ASCENDIFY_FUSED_STATS_EXT", "1") == "0":
+        return []
+    try:
+        import sysconfig
+
+        inc = sysconfig.get_paths()["include"]
+    except Exception:
+        return []
+    return ["-DWITH_PYTHON", f"-I{inc}"] if inc and os.path.exists(os.path.join(inc, "Python.h")) else []
+
+
+def ext():
+    """The kernels as a Python module (``fill``: see the C source), or None (no Python headers, or the library could
+    not be built): ``kernel()``'s ctypes functions serve."""
+    kernel()
+    return _ext
+
+
 def kernel():
     """The loaded library (``stats_f32``, ``stats_bf16``, maybe ``stats_f16``), or None where it cannot be had."""
-    global _lib, _tried
+    global _lib, _ext, _tried
     if _tried:
         return _lib
     _tried = True
@@ -232,21 +341,40 @@ def kernel():
     if not cc:
         return None
     arch = ["-march=native", "-mprefer-vector-width=512"]
-    tag = hashlib.sha256((_SOURCE + _cpu_key() + cc).encode()).hexdigest()[:16]
-    for extra in (["-DWITH_F16"], []):
-        dest = cache_dir("fused_stats") / f"fused_stats_{tag}{'_f16' if extra else ''}.so"
+    py = _python_flags()
+    pytag = f"{sys.implementation.cache_tag}" if py else ""
+    tag = hashlib.sha256((_SOURCE + _cpu_key() + cc + pytag + " ".join(py)).encode()).hexdigest()[:16]
+    variants = [(py + ["-DWITH_F16"], "_py_f16"), (py, "_py")] if py else []
+    variants += [(["-DWITH_F16"], "_f16"), ([], "")]
+    for extra, suffix in variants:
+        dest = cache_dir("fused_stats") / f"fused_stats_{tag}{suffix}.so"
         try:
             if not dest.exists() and not _build(cc, arch + extra, dest):
                 continue
             lib = ctypes.CDLL(str(dest))
+            if "-DWITH_PYTHON" in extra:
+                _ext = _import(dest)
         except Exception:  # a read-only cache, a broken compiler: the torch path serves
             continue
         for name in ("vec_f32", "vec_bf16", "vec_f16"):
             fn = getattr(lib, name, None)
             if fn is not None:
                 fn.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
-                               ctypes.c_void_p, ctypes.c_float, ctypes.c_void_p, ctypes.c_void_p]
+                               ctypes.c_void_p, ctypes.c_float, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
                 fn.restype = None
+        lib.offsets.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p]
+        lib.offsets.restype = None
         _lib = lib
         return _lib
     return None
+
+
+def _import(path: Path):
+    import importlib.machinery
+    import importlib.util
+
+    loader = importlib.machinery.ExtensionFileLoader(EXT_NAME, str(path))
+    spec = importlib.util.spec_from_file_location(EXT_NAME, str(path), loader=loader)
+    mod = importlib.util.module_from_spec(spec)
+    loader.exec_module(mod)
+    return mod

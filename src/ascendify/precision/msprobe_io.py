@@ -191,13 +191,39 @@ def _write_step(dumper, recs, rows, folder: Path) -> Path:
             return {"type": meta.type, "value": v}
         return tensor_entry(node_name, role, meta, idx)
 
+    def shared_entry(item) -> Any:
+        """``value_entry`` where entries do not depend on the node's name (``shared``: statistics, checksum)."""
+        meta = item[1]
+        if type(meta) is ScalarArg:
+            return value_entry("", "", item)
+        key = (item[2], meta)
+        e = shared.get(key)
+        if e is None:
+            e = shared[key] = _tensor_entry("", "", meta, item[2])
+        return e
+
     data: dict[str, Any] = {}
     construct: dict[str, str | None] = {}
     stacks: dict[str, list[str]] = {}
+    texts: dict[Any, tuple] = {}  # a source location -> its texts (many calls share a line)
     for order, rec in enumerate(recs):
-        src, stack_line = dumper.source_text(rec.source)
+        got = texts.get(rec.source)
+        if got is None:
+            got = texts[rec.source] = dumper.source_text(rec.source)
+        src, stack_line = got
         entry: dict[str, Any] = {}
-        if rec.direction == "forward":
+        outs = rec.outputs
+        if (
+            shared is not None and rec.direction == "forward" and (not rec.args or _is_positional(rec.args[-1][0]))
+            and (not outs or (len(outs) == 1 and outs[0][0] == "0"))
+        ):  # fmt: skip
+            # most calls: no keyword arguments (the dumper records them after the positional ones), one output
+            entry["input_args"] = _nest(rec.args, shared_entry)
+            entry["input_kwargs"] = {}
+            entry["output"] = [shared_entry(outs[0])] if outs else []
+            if rec.kind == "module":
+                entry["parameters"] = {p: shared_entry((p, meta, idx)) for p, (meta, idx) in rec.params.items()}
+        elif rec.direction == "forward":
             args = [x for x in rec.args if _is_positional(x[0])]
             kwargs = [x for x in rec.args if not _is_positional(x[0])]
             entry["input_args"] = _nest(args, lambda it, nm=rec.name: value_entry(nm, f"input.{it[0]}", it))

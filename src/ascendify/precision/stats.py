@@ -109,8 +109,11 @@ def _summarisable(t: torch.Tensor) -> bool:
     return t.numel() != 0 and t.layout == torch.strided and not t.is_complex()
 
 
+_STRIDED = torch.strided
 _KERNEL_NAMES = {torch.float32: "vec_f32", torch.bfloat16: "vec_bf16", torch.float16: "vec_f16"}
 _fused_fns: dict | None = None  # dtype -> the C function (``fused_stats``); {} where there is none
+_KINDS = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}  # the kernels' numbers in ``fused_stats.ext().fill``
+_fx = None  # fused_stats.ext(): the kernels without ctypes' cost per call, where Python's headers are installed
 _pu1: str | None = None
 _ROW = STAT_LEN * ctypes.sizeof(ctypes.c_float)
 _DEFER_MIN = 1 << 16  # elements: a smaller tensor is cheap to read twice (it is still in cache)
@@ -118,11 +121,12 @@ _MAXDIM = 16  # fused_stats.MAXDIM
 
 
 def _kernel(dtype: torch.dtype):
-    global _fused_fns
+    global _fused_fns, _fx
     if _fused_fns is None:
         from ascendify.precision import fused_stats
 
         lib = fused_stats.kernel()
+        _fx = fused_stats.ext()
         _fused_fns = {}
         if lib is not None:
             for dt, name in _KERNEL_NAMES.items():
@@ -158,6 +162,33 @@ def _cpu_plan(n: int) -> tuple:
             _plans.clear()
         _plans[n] = plan
     return plan
+
+
+_offs: dict[tuple, tuple[int, ctypes.Array]] = {}  # (shape, strides) -> (pointer, the fingerprint's offsets)
+
+
+def _offsets(shape, stride, pos: int | None, k: int) -> int:
+    """The memory offsets of the fingerprint's positions in a strided layout, computed once per layout (the
+    kernel would otherwise divide by each size for each of the 4,096 samples of every strided view)."""
+    key = (shape, stride)
+    hit = _offs.get(key)
+    if hit is None:
+        nd = len(shape)
+        dims = (ctypes.c_int64 * (2 * _MAXDIM))()
+        dims[0:nd] = shape
+        dims[_MAXDIM : _MAXDIM + nd] = stride
+        buf = (ctypes.c_int64 * k)()
+        _offsets_fn()(nd, dims, pos, k, buf)
+        if len(_offs) >= 256:
+            _offs.clear()
+        hit = _offs[key] = (ctypes.addressof(buf), buf)
+    return hit[0]
+
+
+def _offsets_fn():
+    from ascendify.precision import fused_stats
+
+    return fused_stats.kernel().offsets
 
 
 class StatTable:
@@ -199,7 +230,7 @@ class StatTable:
         return i not in self._none
 
     def _fast(self, t: torch.Tensor, i: int, head: int | None) -> bool:
-        fn = _kernel(t.dtype)
+        fn = _fused_fns.get(t.dtype) if _fused_fns is not None else _kernel(t.dtype)
         if fn is None:
             if t.dtype in _HALF or not _host_memory(t):
                 return False  # float64: torch reduces it in float64
@@ -207,19 +238,25 @@ class StatTable:
             fn = _kernel(torch.float32)
             if fn is None:
                 return False
-        elif not _host_memory(t):
+        elif not (t.is_cpu or _host_memory(t)):
             return False
         nd = t.dim()
         ptr = t.data_ptr()
         if nd > _MAXDIM or not ptr:  # a wrapper subclass (no storage of its own) reports 0: torch reduces it
             return False
+        n = t.numel()
+        pos, k, w, scale, _keep = _plans.get(n) or _cpu_plan(n)
+        shape, stride = t.shape, t.stride()
+        offs = None if not nd or t.is_contiguous() else _offsets(shape, stride, pos, k)
+        hp = None if head is None else self._base + head * _ROW
+        if _fx is not None:
+            _fx.fill(_KINDS[t.dtype], ptr, shape, stride, pos, k, w, scale, hp, self._base + i * _ROW, offs)
+            return True
         dims = self._dims
         if nd:
-            dims[0:nd] = t.shape
-            dims[_MAXDIM : _MAXDIM + nd] = t.stride()
-        pos, k, w, scale, _keep = _cpu_plan(t.numel())
-        fn(ptr, nd, dims, pos, k, w, scale, None if head is None else self._base + head * _ROW,
-           self._base + i * _ROW)  # fmt: skip
+            dims[0:nd] = shape
+            dims[_MAXDIM : _MAXDIM + nd] = stride
+        fn(ptr, nd, dims, pos, k, w, scale, hp, self._base + i * _ROW, offs)
         return True
 
     def add(self, t: torch.Tensor, defer: bool = False) -> int:
@@ -245,7 +282,7 @@ class StatTable:
 
     def _fill(self, t: torch.Tensor, i: int) -> None:
         try:
-            if not _summarisable(t):
+            if not t.numel() or t.layout is not _STRIDED or t.is_complex():  # not _summarisable(t)
                 self._none.add(i)
             elif not self._fast(t, i, None):
                 self._dev[i] = _torch_vector(t)
@@ -315,15 +352,17 @@ class StatTable:
         if any(r in self._none or r in self._dev for r in live):
             self._fill(t, row)  # a part the kernel did not read: read the whole tensor
         else:
-            vals = self._host[live, :6].tolist()
+            # the rows through ctypes: torch's indexing and item assignment cost ~100 us here
+            vals = [(ctypes.c_float * 6).from_address(self._base + r * _ROW)[:] for r in live]
             nans = sum(v[4] for v in vals)
-            host = self._host[row]
-            host[0] = math.nan if nans else min(v[0] for v in vals)
-            host[1] = math.nan if nans else max(v[1] for v in vals)
-            host[2] = sum(v[2] for v in vals)
-            host[3] = math.sqrt(sum(v[3] * v[3] for v in vals))
-            host[4] = nans
-            host[5] = sum(v[5] for v in vals)
+            (ctypes.c_float * 6).from_address(self._base + row * _ROW)[:] = [
+                math.nan if nans else min(v[0] for v in vals),
+                math.nan if nans else max(v[1] for v in vals),
+                sum(v[2] for v in vals),
+                math.sqrt(sum(v[3] * v[3] for v in vals)),
+                nans,
+                sum(v[5] for v in vals),
+            ]
             if not self._fast(t, row, row):  # the fingerprint
                 self._fill(t, row)
         self._settle_views(row)

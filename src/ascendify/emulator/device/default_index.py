@@ -50,5 +50,14 @@ def _wrap(original):
 def note_current(index: int) -> None:
     """Called when device ``index`` becomes current: install the ``Tensor.to`` wrapper if it is not device 0."""
     if index > 0 and not _installed:
-        _installed.append(torch.Tensor.to)
-        runtime.patches.set(torch.Tensor, "to", _wrap(torch.Tensor.to))
+        from torch.nn.parameter import UninitializedTensorMixin
+
+        original = torch.Tensor.to
+        _installed.append(original)
+        wrapper = _wrap(original)
+        runtime.patches.set(torch.Tensor, "to", wrapper)
+        # PyTorch hands a Tensor method's current attribute to __torch_function__: a LazyModule's uninitialised
+        # parameters allow ``.to`` by identity, so they must allow the wrapper too
+        allowed = UninitializedTensorMixin._allowed_methods
+        if original in allowed:
+            runtime.patches.set(UninitializedTensorMixin, "_allowed_methods", [*allowed, wrapper])

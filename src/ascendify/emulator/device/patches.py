@@ -187,6 +187,7 @@ def _patch_module_apply() -> None:
     """
     import torch
     from torch import nn
+    from torch.nn.parameter import is_lazy
 
     orig_apply = nn.Module._apply
     future = torch.__future__
@@ -201,7 +202,13 @@ def _patch_module_apply() -> None:
             params = self._parameters
             if not params or not _crosses_npu(fn, params.values()):
                 return orig_apply(self, fn, recurse)
-            return _apply_swapping(self, fn, recurse, params)
+            lazy = {k: (type(p), p.requires_grad) for k, p in params.items() if is_lazy(p)}  # a swap swaps types
+            _apply_swapping(self, fn, recurse, params)
+            for k, (kind, grad) in lazy.items():  # a LazyModule's parameter stays uninitialised, on its new device
+                moved = params.get(k)
+                if moved is not None and not is_lazy(moved):
+                    params[k] = kind(requires_grad=grad, device=moved.device, dtype=moved.dtype)
+            return self
         finally:
             depth[0] -= 1
             if not depth[0]:

@@ -1,4 +1,5 @@
-"""``python -m ascendify.port.lockstep``: lockstep of a model discovered in two runs, on the batch it received.
+"""``python -m ascendify.port.lockstep_job``: the compare stage's job: lockstep of a model discovered in two
+runs, on the batch it received.
 
 The golden is the original program's model (a CPU copy taken at its first call, with the weights it had then),
 run on the CPU in float32; the target is the migrated program's model, on the target device under the autocast
@@ -23,50 +24,46 @@ import contextlib
 import sys
 from typing import Any
 
-from ascendify.port.steps import is_factory
+from ascendify.port.observation import Observation, is_factory
 
 
 def pick_from_runs(runs: str, select: str | None = None) -> tuple[str, str, str, str | None, str] | str:
     """``(golden pickle, target pickle, batch, target autocast dtype, model name)`` for the main model of the two
-    observed runs (or the one ``select`` names: see :func:`ascendify.port.steps.select_model`), or a sentence
-    saying why there is none."""
-    import json
+    observed runs (or the one ``select`` names: see :meth:`Observation.select_model`), or a sentence saying why
+    there is none."""
     import os
-
-    from ascendify.port.steps import select_model
 
     sides = {}
     for side in ("golden", "target"):
-        path = os.path.join(runs, side, "observe.json")
-        try:
-            with open(path, encoding="utf-8") as f:
-                sides[side] = json.load(f)
-        except (OSError, ValueError):
+        found = Observation.load(os.path.join(runs, side, "observe.json"))
+        if found is None:
             return f"the {side} run left no observe.json"
-    g = select_model(sides["golden"], select)
+        sides[side] = found
+    g = sides["golden"].select_model(select)
     if g is None:
         if select:
-            names = ", ".join(f"{m.get('name')} ({m['class']})" for m in sides["golden"].get("models") or [])
+            names = ", ".join(f"{m.name} ({m.cls})" for m in sides["golden"].models)
             return f"--model {select}: no discovered model has that name or class (discovered: {names or 'none'})"
         return "the original program called no model (no nn.Module with parameters)"
-    tms = sides["target"].get("models") or []
-    t = next((m for m in tms if m["index"] == g["index"] and m["class"] == g["class"]), None) or next(
-        (m for m in tms if m["class"] == g["class"]), None)
+    tms = sides["target"].models
+    t = next((m for m in tms if m.index == g.index and m.cls == g.cls), None) or next(
+        (m for m in tms if m.cls == g.cls), None)
     if t is None:
-        return f"the migrated program never called a {g['class']}"
+        return f"the migrated program never called a {g.cls}"
     for side, m in (("original", g), ("migrated", t)):
-        if not m.get("file") and not is_factory(select):
-            return (f"the {side} model {m['class']} could not be captured ({m.get('snapshot_note') or 'no file'}): "
+        if not m.file and not is_factory(select):
+            return (f"the {side} model {m.cls} could not be captured ({m.snapshot_note or 'no file'}): "
                     "name how to build it with --model FILE.py:FACTORY(...)")
-    if not g.get("batch_file"):
-        return f"the first batch of {g['class']} could not be captured"
-    ac = (t.get("first_call") or {}).get("autocast") or {}
-    name = f"{g.get('name') or g['class']} ({g['class']}, {g['params']:,} parameters)"
+    if not g.batch_file:
+        return f"the first batch of {g.cls} could not be captured"
+    ac = t.first_call.autocast if t.first_call is not None else None
+    dtype = ac.dtype if ac is not None and ac.enabled else None
+    name = f"{g.label} ({g.cls}, {g.params:,} parameters)"
     if is_factory(select):
-        return ("", "", os.path.join(runs, "golden", g["batch_file"]), ac.get("dtype") if ac.get("enabled") else
-                None, f"{select} (built from the spec; batch of the discovered {g['class']})")
-    return (os.path.join(runs, "golden", g["file"]), os.path.join(runs, "target", t["file"]),
-            os.path.join(runs, "golden", g["batch_file"]), ac.get("dtype") if ac.get("enabled") else None, name)
+        return ("", "", os.path.join(runs, "golden", g.batch_file), dtype,
+                f"{select} (built from the spec; batch of the discovered {g.cls})")
+    return (os.path.join(runs, "golden", g.file), os.path.join(runs, "target", t.file),
+            os.path.join(runs, "golden", g.batch_file), dtype, name)
 
 
 def _build(spec: str, project: str | None, migrated: str | None) -> tuple[Any, Any]:
@@ -115,7 +112,7 @@ def draws_by_module(models):
     import torch
 
     from ascendify.core.patching import Patches
-    from ascendify.port.observe import patch_random_draws
+    from ascendify.port.seen import patch_random_draws
 
     paths = {id(m): name for model in models for name, m in model.named_modules()}
     stack: list[str] = []
@@ -189,7 +186,7 @@ def mark_random_calls(result, drew: dict[str, dict[str, Any]]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m ascendify.port.lockstep", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m ascendify.port.lockstep_job", description=__doc__.split("\n\n")[0])
     p.add_argument("--runs", help="the runs folder of ascendify port (golden/ and target/ hold observe.json): "
                                    "the main model and its batch are taken from there")
     p.add_argument("--golden", help="the original's model (observe's model-K.pkl)")
@@ -222,11 +219,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from ascendify import report
     from ascendify.device import placement
-    from ascendify.precision import compare_report as cr
-    from ascendify.precision import gradients
-    from ascendify.precision.lockstep import compare_models
 
     if a.target_device.split(":")[0] == "npu":
         try:
@@ -250,6 +243,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"lockstep: nothing to compare: the original's model has NaN/inf in {len(bad)} tensor(s) before its "
               f"first step ({', '.join(bad[:3])}{', ...' if len(bad) > 3 else ''}): are they initialised?")
         return 4
+    return _compare(a, golden, target, args, kwargs, model_name)
+
+
+def _compare(a: argparse.Namespace, golden: Any, target: Any, args: tuple, kwargs: dict, model_name: str | None
+             ) -> int:
+    """The lockstep (forward, then one backward), its outputs written; the exit status."""
+    import torch
+
+    from ascendify import report
+    from ascendify.precision import compare_report as cr
+    from ascendify.precision import gradients
+    from ascendify.precision.lockstep import compare_models
+
     ac = None if a.autocast == "none" else getattr(torch, a.autocast)
     settings = dict(kwargs=kwargs, golden_device="cpu", golden_dtype=torch.float32, target_device=a.target_device,
                     target_autocast=ac, eval_mode=not a.train_mode)
@@ -260,8 +266,7 @@ def main(argv: list[str] | None = None) -> int:
         except gradients.LossError as e:  # an output with nothing to backpropagate: forward only, and say why
             skipped = str(e)
             result = compare_models(golden, target, *args, **settings)
-    random_calls = mark_random_calls(result, drew)
-    if random_calls:
+    if mark_random_calls(result, drew):
         result.meta["random_draws"] = [{"module": k or "(root)", **v} for k, v in drew.items()]
     weights = dict(result.weights or {})
     report.write_json(f"{a.out}/weights.json", weights)
@@ -273,14 +278,12 @@ def main(argv: list[str] | None = None) -> int:
     report.write_json(f"{a.out}/gradients.json", grads)
     result.meta["model"] = model_name or type(target).__name__
     cr.write_outputs(result, a.out)
-    copied = bool(weights.get("copied"))
     n = len(result.weight_findings)
     verdict = result.verdict
     print(f"lockstep: {verdict}" + (f"; {n} parameter(s) differ before any step" if n else "")
-          + ("; weights copied (every parameter differed)" if copied else "")
+          + ("; weights copied (every parameter differed)" if weights.get("copied") else "")
           + (f"; gradients: {grads.get('verdict') or grads.get('skipped')}"))
     return 0 if verdict in ("match", "nothing to compare", "not comparable") else 1
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,5 +1,5 @@
-"""``python -m ascendify.port.stage SRC DST [--mirror PARENT] [SKIP...]``: a scratch copy of a project for one run
-of ``ascendify port``.
+"""``python -m ascendify.port.copy_job SRC DST [--mirror PARENT] [SKIP...]``: the train stage's job that makes a
+scratch copy of a project for one run of ``ascendify port``.
 
 A program writes where it runs (checkpoints, samples, logs, ``out/``): the reference run must not overwrite the
 user's project, nor the migrated run fill the migrated copy with its outputs. Each run therefore works in a copy
@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         parent = Path(args[i + 1]) if i + 1 < len(args) else None
         del args[i:i + 2]
     if len(args) < 2:
-        print("usage: python -m ascendify.port.stage SRC DST [--mirror PARENT] [SKIP...]", file=sys.stderr)
+        print("usage: python -m ascendify.port.copy_job SRC DST [--mirror PARENT] [SKIP...]", file=sys.stderr)
         return 2
     src, dst = Path(args[0]), Path(args[1])
     top = dst.parent if parent is not None else dst
@@ -102,14 +102,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         info = stage(src, dst, skip=skip)
     except OSError as e:
-        print(f"stage: {e}", file=sys.stderr)
+        print(f"copy: {e}", file=sys.stderr)
         return 3
     if parent is not None:
         info["mirrored_from"] = str(parent.resolve())
         info["mirrored"] = mirror(parent, dst, own=dst.name, skip=skip)
     info_dir = dst.parent.parent if parent is not None else dst.parent
     (info_dir / "stage.json").write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
-    print(f"stage: {info['files']} files of {src} in {dst}" + (f"; {len(info['linked'])} large files linked"
+    print(f"copy: {info['files']} files of {src} in {dst}" + (f"; {len(info['linked'])} large files linked"
                                                                if info["linked"] else "")
           + (f"; {len(info['mirrored'])} entries beside it linked from {parent}" if info.get("mirrored") else ""))
     return 0

@@ -1,4 +1,4 @@
-"""``python -m ascendify.port.benchjob``: the speed of a model discovered by ``ascendify port``, at the batch it
+"""``python -m ascendify.port.bench_job``: the bench stage's job: the speed of a model discovered by ``ascendify port``, at the batch it
 received in the real run.
 
 One side of the port (``--side golden``: the original's model, on the CPU; ``--side target``: the migrated model,
@@ -15,9 +15,10 @@ the device's peak is known). Writes ``bench.json`` with that record. Exit status
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
+
+from ascendify.port.observation import ModelSeen, Observation, is_factory
 
 UNSTABLE_ABOVE = 1.3  # the fastest timed window over the slowest: above this the figure is "unstable"
 MORE_TRIES = 2  # measurements again, with more windows, before an unstable figure is reported as such
@@ -35,7 +36,7 @@ def spread(rec: dict) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m ascendify.port.benchjob", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m ascendify.port.bench_job", description=__doc__.split("\n\n")[0])
     p.add_argument("--runs", required=True, help="ascendify port's runs folder")
     p.add_argument("--side", choices=("golden", "target"), required=True)
     p.add_argument("--device", default="cpu")
@@ -48,29 +49,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("-o", "--out", required=True)
     a = p.parse_args(argv)
 
-    from ascendify.port.steps import is_factory, select_model
-
-    try:
-        with open(os.path.join(a.runs, a.side, "observe.json"), encoding="utf-8") as f:
-            obs = json.load(f)
-    except (OSError, ValueError):
+    found = Observation.load(os.path.join(a.runs, a.side, "observe.json"))
+    if found is None:
         print(f"bench: nothing to measure: the {a.side} run left no observe.json")
         return 4
-    m = select_model(obs, a.select)
+    m = found.select_model(a.select)
     factory = is_factory(a.select)
     if m is None and a.select:
         print(f"bench: --model {a.select}: no discovered model of that name or class", file=sys.stderr)
         return 2
-    if m is None or not (m.get("file") or factory) or not m.get("batch_file"):
+    if m is None or not (m.file or factory) or not m.batch_file:
         why = ("no model was called" if not a.select else f"--model {a.select}: no discovered model of that name "
-               "or class") if m is None else (m.get("snapshot_note") or "the model was not captured")
+               "or class") if m is None else (m.snapshot_note or "the model was not captured")
         print(f"bench: nothing to measure: {why}")
         return 4
-    import cloudpickle
-    import torch
-    from torch.utils._pytree import tree_map
-
-    from ascendify import report
     from ascendify.device import placement
 
     device, emulated = a.device, False
@@ -81,34 +73,50 @@ def main(argv: list[str] | None = None) -> int:
             print(f"bench: {e}", file=sys.stderr)
             return 3
     try:
-        if factory:
-            from ascendify.precision import loading
-
-            file, expr = a.select.split(".py:", 1)
-            torch.manual_seed(0)
-            model = loading.build(f"{os.path.join(a.root or '.', file)}.py:{expr}")
-        else:
-            with open(os.path.join(a.runs, a.side, m["file"]), "rb") as f:
-                model = cloudpickle.load(f)
-        batch = torch.load(os.path.join(a.runs, a.side, m["batch_file"]), weights_only=False)
-        args, kwargs = batch
-        model.to(device)
-        args, kwargs = tree_map(lambda x: x.to(device) if isinstance(x, torch.Tensor) else x, (args, kwargs))
+        model, args, kwargs = _load(a, m, device)
     except Exception as e:  # noqa: BLE001
         print(f"bench: cannot load the model or its batch: {type(e).__name__}: {e}", file=sys.stderr)
         return 3
-    fc = m.get("first_call") or {}
-    ac = fc.get("autocast") or {}
-    precision = {"bfloat16": "bf16", "float16": "fp16"}.get(ac.get("dtype"), "fp32") if ac.get("enabled") else "fp32"
     # a training step where the program trained this model (its first call may have been an evaluation:
     # nanoGPT's estimate_loss() at iteration 0)
-    train = bool(obs.get("backwards")) and bool(m.get("trained") or m.get("optimizers"))
+    rec = _measure(a, model, args, kwargs, m, device, train=bool(found.backwards) and bool(m.trained or m.optimizers))
+    return _write(a, rec, device, emulated)
+
+
+def _load(a: argparse.Namespace, m: ModelSeen, device: str):
+    """The model (its captured copy, or built from ``--model FILE:FACTORY``) and its batch, on ``device``."""
+    import cloudpickle
+    import torch
+    from torch.utils._pytree import tree_map
+
+    if is_factory(a.select):
+        from ascendify.precision import loading
+
+        file, expr = a.select.split(".py:", 1)
+        torch.manual_seed(0)
+        model = loading.build(f"{os.path.join(a.root or '.', file)}.py:{expr}")
+    else:
+        with open(os.path.join(a.runs, a.side, m.file), "rb") as f:
+            model = cloudpickle.load(f)
+    args, kwargs = torch.load(os.path.join(a.runs, a.side, m.batch_file), weights_only=False)
+    model.to(device)
+    args, kwargs = tree_map(lambda x: x.to(device) if isinstance(x, torch.Tensor) else x, (args, kwargs))
+    return model, args, kwargs
+
+
+def _measure(a: argparse.Namespace, model, args, kwargs, m: ModelSeen, device: str, train: bool) -> dict:
+    """``bench``'s record of a step, measured again with more windows while its windows disagree."""
     from ascendify.bench import bench_module
+
+    fc = m.first_call
+    ac = fc.autocast if fc is not None else None
+    precision = {"bfloat16": "bf16", "float16": "fp16"}.get(ac.dtype, "fp32") if ac is not None and ac.enabled \
+        else "fp32"
 
     def measure(repeats: int) -> dict:
         return bench_module(model, args, kwargs, mode="train" if train else "infer", precision=precision,
-                            device=device, batch_size=fc.get("batch_size") or None, steps=a.steps, warmup=a.warmup,
-                            repeats=repeats, name=type(model).__name__)
+                            device=device, batch_size=(fc.batch_size if fc is not None else None) or None,
+                            steps=a.steps, warmup=a.warmup, repeats=repeats, name=type(model).__name__)
 
     rec = measure(a.repeats)
     for _ in range(MORE_TRIES):  # windows that disagree: measure again, longer, before saying it is unstable
@@ -118,6 +126,14 @@ def main(argv: list[str] | None = None) -> int:
     if rec.get("status") == "ok":
         rec["spread_ratio"] = round(spread(rec), 3)
         rec["stable"] = rec["spread_ratio"] <= UNSTABLE_ABOVE
+    return rec
+
+
+def _write(a: argparse.Namespace, rec: dict, device: str, emulated: bool) -> int:
+    import torch
+
+    from ascendify import report
+
     label = "emulated NPU (host CPU)" if emulated else device
     data = {"schema": "ascendify.port.bench/1", "records": [rec], "emulated": emulated, "label": label,
             "device": {"device_name": rec.get("device_name") or label, "label": label}, "torch": torch.__version__,
