@@ -35,12 +35,9 @@ TAKES_COMMAND = ("port",)
 
 
 def _load(module: str):
-    try:
-        return importlib.import_module(module)
-    except ModuleNotFoundError as e:
-        if e.name and (e.name == module or module.startswith(e.name + ".")):
-            return None  # this verb's front-end is not built yet
-        raise
+    """A verb's front-end. One that cannot be imported is a broken install, never a verb to hide: the error
+    propagates (``ascendify --help`` listing fewer verbs, with no word why, hid a bug)."""
+    return importlib.import_module(module)
 
 
 class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
@@ -73,8 +70,6 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         if only is not None and verb != only:
             continue  # load just the verb asked for: each verb's imports stay its own (migrate never imports torch)
         mod = _load(module)
-        if mod is None:
-            continue
         p = sub.add_parser(
             verb,
             help=mod.HELP,

@@ -306,7 +306,7 @@ def test_lazy_modules_and_cuda(auto_cpu):
 
 
 def test_user_roots_make_installed_code_the_users(auto_cpu, tmp_path):
-    from ascendify.auto import record
+    from ascendify.program import frames as record
 
     lib_file = os.path.join(os.path.dirname(torch.__file__), "_ascendify_fake_pkg", "train.py")
     assert not record.is_user_file(lib_file)
@@ -317,4 +317,4 @@ def test_user_roots_make_installed_code_the_users(auto_cpu, tmp_path):
         assert not record.is_user_file(os.path.join(os.path.dirname(torch.__file__), "nn", "functional.py"))
     finally:
         record._USER_ROOTS[:] = saved
-        record._USER_CACHE.clear()
+        record.LIBRARIES.cache.clear()

@@ -26,10 +26,10 @@ _enable_before_any_backward()
 def npu():
     """The emulated npu as a BenchDevice; settings restored and the emulator inactive afterwards."""
     import ascendify.emulator as emu
-    from ascendify.bench.device import resolve
+    from ascendify.bench.device import BenchDevice
 
     saved = emu.settings.as_dict()
-    dev = resolve("npu")
+    dev = BenchDevice.open("npu")
     assert dev.emulated
     yield dev
     emu.settings.update(**saved)
@@ -38,9 +38,9 @@ def npu():
 
 @pytest.fixture
 def cpu():
-    from ascendify.bench.device import resolve
+    from ascendify.bench.device import BenchDevice
 
-    return resolve("cpu")
+    return BenchDevice.open("cpu")
 
 
 @pytest.fixture

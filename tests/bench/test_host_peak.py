@@ -46,7 +46,7 @@ def test_without_a_resettable_peak_it_falls_back_to_ru_maxrss(monkeypatch, tmp_p
 _FRESH = """
 import json, torch.nn as nn
 from ascendify.bench import device, harness
-dev = device.resolve("cpu")
+dev = device.BenchDevice.open("cpu")
 cfg = harness.BenchConfig(model=%r + ":mlp", mode="train", batch_size=8, steps=2, warmup=1, repeats=1,
                           count_flops=False)
 first, second = (harness.run_one(cfg, dev) for _ in range(2))

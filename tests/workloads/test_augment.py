@@ -42,9 +42,9 @@ def device(request):
         yield "cpu"
         return
     import ascendify.emulator as emu
-    from ascendify.bench.device import resolve
+    from ascendify.bench.device import BenchDevice
 
-    resolve("npu")
+    BenchDevice.open("npu")
     yield "npu"
     emu._set_active(False)
 

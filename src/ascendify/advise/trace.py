@@ -7,7 +7,7 @@
   phase (``f`` forward and the rest, ``b`` backward, ``o`` inside ``optimizer.step()``), the overload name
   (``mm``, ``add.Tensor``), each tensor argument's shape, dtype and device, the scalar arguments, the Python ids
   of the tensors in and out (the dataflow the pattern finders follow), and the *site*: the innermost frame of the
-  user's code (:func:`ascendify.auto.record.is_user_file`: not torch, not a library, not ascendify) with the first
+  user's code (:func:`ascendify.program.frames.is_user_file`: not torch, not a library, not ascendify) with the first
   library frame below it (``via``: ``torch/nn/functional.py``). A backward call is credited to the line of the
   forward call that made its autograd node (the node's sequence number), not to ``loss.backward()``;
 * steps: an optimizer step of the first optimizer that stepped ends a step; a program without an optimizer has
@@ -33,6 +33,8 @@ import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any
+
+from ascendify.program import frames
 
 SCHEMA = "ascendify.advise.trace/1"
 
@@ -423,7 +425,10 @@ class Tracer:
 
     def _site(self) -> tuple[int, Any]:
         """``(site index, fused)``: the user's frame above the current op, and ``(frame, name)`` of the outermost
-        emulated fused operator on the way (None when the op is not part of one)."""
+        emulated fused operator on the way (None when the op is not part of one). The user's frame is
+        :func:`ascendify.program.frames.user_frame`'s (``is_user_file``); this walk is its own because it also
+        reads every frame on the way (the fused op, the library the call came through), in the same pass, per op
+        of the step."""
         f = sys._getframe(3)
         kinds = self._code_kind
         via = None
@@ -452,12 +457,10 @@ class Tracer:
         return -1, fused
 
     def _classify(self, code) -> Any:
-        from ascendify.auto.record import is_user_file
-
         fn = code.co_filename
         if fn.startswith("<"):
             return None
-        if is_user_file(fn):
+        if frames.is_user_file(fn):
             return True
         path = os.path.abspath(fn)
         if path.startswith(_FUSED_DIR) and code.co_name in _fused_names():
@@ -548,23 +551,20 @@ class Tracer:
 
     def _site_py(self) -> int:
         """The user's site of a Python-level call (one frame less than an ATen call's)."""
-        return self._site_from(sys._getframe(2))
+        return self._site_from(2)
 
-    def _site_from(self, f) -> int:
-        while f is not None:
-            code = f.f_code
-            k = self._code_kind.get(code, 0)
-            if k == 0:
-                k = self._code_kind[code] = self._classify(code)
-            if k is True:
-                key = (code.co_filename, f.f_lineno, code.co_name, None)
-                i = self._site_index.get(key)
-                if i is None:
-                    i = self._site_index[key] = len(self.trace.sites)
-                    self.trace.sites.append(Site(code.co_filename, f.f_lineno, code.co_name, None))
-                return i
-            f = f.f_back
-        return -1
+    def _site_from(self, depth: int) -> int:
+        """The site of the user's frame from ``depth`` frames above the caller outwards."""
+        f = frames.user_frame(depth + 1, frames.LIBRARIES)
+        if f is None:
+            return -1
+        code = f.f_code
+        key = (code.co_filename, f.f_lineno, code.co_name, None)
+        i = self._site_index.get(key)
+        if i is None:
+            i = self._site_index[key] = len(self.trace.sites)
+            self.trace.sites.append(Site(code.co_filename, f.f_lineno, code.co_name, None))
+        return i
 
     def _patch_dataloader(self, torch) -> None:
         from torch.utils.data import DataLoader
@@ -605,7 +605,7 @@ class Tracer:
         except Exception:  # noqa: BLE001
             samples = None
         self.trace.dataloaders.append({
-            "site": self._site_from(sys._getframe(2)),
+            "site": self._site_from(2),
             "num_workers": int(getattr(loader, "num_workers", 0) or 0),
             "pin_memory": bool(getattr(loader, "pin_memory", False)),
             "drop_last": bool(getattr(loader, "drop_last", False)),
@@ -623,7 +623,7 @@ class Tracer:
         def __init__(opt, params, defaults, *args, **kwargs):  # noqa: N807
             orig(opt, params, defaults, *args, **kwargs)
             try:
-                site = tracer._site_from(sys._getframe(1))
+                site = tracer._site_from(1)
                 n = sum(p.numel() for g in opt.param_groups for p in g["params"])
                 tensors = sum(len(g["params"]) for g in opt.param_groups)
                 tracer.trace.optimizers.append({
@@ -687,7 +687,7 @@ class Tracer:
         if self._module_depth == 1 and self.active and len(self.trace.model_calls) < 64:
             calls = self.trace.model_calls
             if not calls or calls[-1]["step"] != self.step or calls[-1]["class"] != type(module).__name__:
-                calls.append({"step": self.step, "site": self._site_from(sys._getframe(1)),
+                calls.append({"step": self.step, "site": self._site_from(1),
                               "class": type(module).__name__,
                               "params": bool(next(iter(module.parameters(recurse=False)), None) is not None
                                              or any(True for _ in module.children()))})

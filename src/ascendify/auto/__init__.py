@@ -83,9 +83,9 @@ def _imported_name(f) -> str | None:
 def _imported_by_main() -> bool:
     """True when ``__main__`` (the entry script) runs ``import ascendify.auto`` (or ``from ascendify.auto import``);
     importing a submodule (``ascendify.auto.runner``) does not count."""
-    f = sys._getframe(2)
-    while f is not None and f.f_code.co_filename.startswith("<frozen importlib"):
-        f = f.f_back
+    from ascendify.program import frames
+
+    f = frames.user_frame(2, frames.Skip(lambda filename: filename.startswith("<frozen importlib")))
     if f is None or f.f_globals.get("__name__") != "__main__":
         return False
     return _imported_name(f) in (None, __name__)

@@ -85,9 +85,6 @@ class Mapper:
             return d.index
         return v
 
-    def device_obj(self, index: int | None = None) -> Any:
-        return self.Device(self.target.device_str(index))
-
     def map_dict(self, d: dict, api: str) -> dict:
         """``map_location`` dicts: values mapped; each CUDA key kept and its mapped twin added."""
         out = {}

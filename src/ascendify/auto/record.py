@@ -10,11 +10,15 @@ from __future__ import annotations
 
 import contextlib
 import os
+import runpy
 import sys
 import sysconfig
 from collections.abc import Callable
 from functools import cache
 from typing import Any
+
+from ascendify.program import frames
+from ascendify.program.frames import is_user_file, user_frame
 
 
 class UnsupportedOnTarget(RuntimeError):
@@ -22,74 +26,22 @@ class UnsupportedOnTarget(RuntimeError):
 
 
 # ---------------------------------------------------------------------------------------------- call sites
+# The walks are :func:`ascendify.program.frames.user_frame`'s; what is user code is its ``is_user_file``.
 
-
-@cache
-def _skip_roots() -> tuple[str, ...]:
-    """Folders whose frames are never a call site: torch, this package, runpy/importlib machinery."""
-    roots = [os.path.dirname(os.path.abspath(__file__))]
-    torch = sys.modules.get("torch")
-    if torch is not None and getattr(torch, "__file__", None):
-        roots.append(os.path.dirname(os.path.abspath(torch.__file__)))
-    import runpy
-
-    roots.append(os.path.abspath(runpy.__file__))
-    return tuple(roots)
-
-
-@cache
-def _library_roots() -> tuple[str, ...]:
-    """Folders that hold library code (stdlib, site-packages, torch, ascendify itself)."""
-    roots = set()
-    for key in ("stdlib", "platstdlib", "purelib", "platlib"):
-        p = sysconfig.get_paths().get(key)
-        if p:
-            roots.add(os.path.abspath(p))
-    for p in sys.path:
-        if p and ("site-packages" in p or "dist-packages" in p):
-            roots.add(os.path.abspath(p))
-    roots.add(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the ascendify package
-    roots.update(_skip_roots())
-    return tuple(sorted(roots))
-
-
-_USER_CACHE: dict[str, bool] = {}
-_USER_ROOTS: list[str] = [os.path.abspath(p) for p in os.environ.get("ASCENDIFY_USER_CODE", "").split(os.pathsep) if p]
-
-
-def add_user_root(path: str) -> None:
-    """Count files under ``path`` as user code even inside site-packages (the ``-m`` entry package, or the
-    folders in ``ASCENDIFY_USER_CODE``)."""
-    p = os.path.abspath(path)
-    if p not in _USER_ROOTS:
-        _USER_ROOTS.append(p)
-        _USER_CACHE.clear()
-
-
-def is_user_file(filename: str) -> bool:
-    """True when ``filename`` is the user's code rather than a library (torch, site-packages, stdlib, ascendify).
-
-    >>> is_user_file(os.__file__)
-    False
-    """
-    r = _USER_CACHE.get(filename)
-    if r is None:
-        if filename.startswith("<"):
-            r = False
-        else:
-            path = os.path.abspath(filename)
-            r = any(path == root or path.startswith(root + os.sep) for root in _USER_ROOTS) or not any(
-                path == root or path.startswith(root + os.sep) for root in _library_roots())
-        _USER_CACHE[filename] = r
-    return r
+_GENERATED = frames.Skip(lambda filename: filename.startswith("<"))
+_LIBRARY = frames.LIBRARIES.cache
+# call_site's fallback when no frame is the user's: the first outside torch, ascendify and runpy (a library's)
+_NOT_A_SITE = frames.passing(prefixes=(os.path.abspath(runpy.__file__),))
 
 
 def caller_is_user(depth: int = 2) -> bool:
     """True when the nearest real frame above ``depth`` (skipping ``<string>``-style frames) is user code."""
-    f = sys._getframe(depth)
-    while f is not None and f.f_code.co_filename.startswith("<"):
-        f = f.f_back
-    return f is not None and is_user_file(f.f_code.co_filename)
+    f = user_frame(depth, _GENERATED)
+    if f is None:
+        return False
+    fn = f.f_code.co_filename
+    library = _LIBRARY.get(fn)  # is_user_file's cached answer, read inline: this is on every redirected call
+    return not (frames.LIBRARIES(fn) if library is None else library)
 
 
 _OWNER_CACHE: dict[str, str] = {}
@@ -143,46 +95,20 @@ def _site_roots() -> tuple[str, ...]:
     return tuple(sorted(roots, key=len, reverse=True))
 
 
-def calling_library(depth: int = 2) -> str | None:
-    """None when the call above ``depth`` was made by the user's code itself; otherwise the name of the library
-    that made it (``"torch"`` while dynamo/inductor compile or trace, ``"transformers"``...).
-
-    The nearest frame that is not ascendify, the standard library, generated code or torch's plain API decides: a
-    user's frame there means the user called the API (directly, or through a torch wrapper such as
-    ``torch.cuda.amp.autocast`` or ``torch.multiprocessing.spawn``); a frame of torch's compilers or of another
-    library means that code called it, even when the user's code is further up the stack. Cheap: a few frames and
-    a dict lookup per frame."""
-    f = sys._getframe(depth)
-    while f is not None:
-        o = _owner(f.f_code.co_filename)
-        if o:
-            return None if o == "user" else o
-        f = f.f_back
-    return None
-
-
-def short_path(path: str) -> str:
-    try:
-        rel = os.path.relpath(path)
-    except ValueError:
-        return path
-    return path if rel.startswith("..") else rel
+# Who made a call: the nearest frame that is not ascendify, the standard library, generated code or torch's plain
+# API decides (user_frame past the files whose _owner is ""). A user's frame there means the user called the API
+# (directly, or through a torch wrapper such as ``torch.cuda.amp.autocast`` or ``torch.multiprocessing.spawn``); a
+# frame of torch's compilers or of another library means that code called it (``"torch"`` while dynamo/inductor
+# compile or trace, ``"transformers"``), even when the user's code is further up the stack. Recorder.hit and noop
+# read the frame's owner from _OWNER_CACHE (filled by this skip's test): a few frames and a dict lookup each.
+_PASSES_ON = frames.Skip(lambda filename: _owner(filename) == "")
 
 
 def call_site(depth: int = 2) -> str:
     """``file:line`` of the first user frame above ``depth``; failing that, the first frame outside torch,
     ascendify and runpy (a library that called the API itself)."""
-    f = sys._getframe(depth)
-    roots = _skip_roots()
-    fallback = None
-    while f is not None:
-        fn = f.f_code.co_filename
-        if is_user_file(fn):
-            return f"{short_path(fn)}:{f.f_lineno}"
-        if fallback is None and not fn.startswith("<") and not any(fn.startswith(r) for r in roots):
-            fallback = f"{short_path(fn)}:{f.f_lineno}"
-        f = f.f_back
-    return fallback or "<unknown>"
+    f = frames.user_frame(depth, frames.LIBRARIES) or frames.user_frame(depth, _NOT_A_SITE)
+    return frames.site(f, "<unknown>")
 
 
 TOOL_DEPTH = [0]  # above 0 while ascendify does work of its own in the user's run (tool_calls)
@@ -231,11 +157,17 @@ class Recorder:
 
     # hot path: a short walk to the nearest caller that is not ascendify, and one dict lookup
     def hit(self, api: str, detail: str = "") -> None:
-        by = "ascendify" if TOOL_DEPTH[0] else calling_library(2)  # from hit's caller up: ascendify's frames pass on
-        if by is not None:
+        if TOOL_DEPTH[0]:
+            return self._indirect("ascendify", "redirected", api, detail)
+        f = user_frame(1, _PASSES_ON)  # from hit's caller up: ascendify's frames pass on (see _PASSES_ON)
+        by = _OWNER_CACHE[f.f_code.co_filename] if f is not None else "user"
+        if by != "user":
             self._indirect(by, "redirected", api, detail)
             return
-        if self._count(self.redirected, api, detail, 3) and self.on_first is not None:
+        e = self.redirected.get(api)  # _count's common case, inline: an API seen before
+        if e is not None:
+            e[0] += 1
+        elif self._count(self.redirected, api, detail, 3) and self.on_first is not None:
             self.on_first()
 
     def _count(self, table: dict, key: Any, detail: str, depth: int) -> bool:
@@ -255,11 +187,18 @@ class Recorder:
             self.on_first()
 
     def noop(self, api: str, reason: str) -> None:
-        by = "ascendify" if TOOL_DEPTH[0] else calling_library(2)  # from the caller up: ascendify's frames pass on
-        if by is not None:
+        if TOOL_DEPTH[0]:
+            return self._indirect("ascendify", "no_effect", api, reason)
+        f = user_frame(1, _PASSES_ON)  # from the caller up: ascendify's frames pass on (see _PASSES_ON)
+        by = _OWNER_CACHE[f.f_code.co_filename] if f is not None else "user"
+        if by != "user":
             self._indirect(by, "no_effect", api, reason)
             return
-        self._count(self.no_effect, api, reason, 3)
+        e = self.no_effect.get(api)  # _count's common case, inline
+        if e is not None:
+            e[0] += 1
+        else:
+            self._count(self.no_effect, api, reason, 3)
 
     def unsupported_call(self, api: str, reason: str, ignorable: bool = False) -> None:
         """Record an unsupported call; raise :class:`UnsupportedOnTarget` unless it is ignorable and not strict."""

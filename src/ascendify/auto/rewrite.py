@@ -25,7 +25,7 @@ import importlib.machinery
 import sys
 from typing import Any
 
-from ascendify.auto.record import is_user_file, short_path
+from ascendify.program.frames import is_user_file, short_path
 
 
 class _Checks(ast.NodeTransformer):

@@ -141,7 +141,7 @@ def scan_module(module: str) -> None:
     if spec is not None and spec.origin and spec.origin.endswith(".py") and s is not None:
         s.rec.findings.extend(scan_file(spec.origin))
         # the entry package is the user's code even when it is installed in site-packages
-        from ascendify.auto.record import add_user_root
+        from ascendify.program.frames import add_user_root
 
         top = importlib.util.find_spec(module.split(".")[0])
         if top is not None and top.submodule_search_locations:

@@ -14,7 +14,7 @@ from typing import Any
 
 from ascendify.auto.importhook import PostImportHooks
 from ascendify.auto.record import Recorder
-from ascendify.auto.target import Target, resolve
+from ascendify.auto.target import Target
 from ascendify.core.patching import Patches
 
 
@@ -84,7 +84,7 @@ def enable(target: str | Target | None = None, *, strict: bool = False) -> Sessi
         if name in ("npu", "auto") and _SESSION is None:
             early_env = _early_visible_devices()  # before torch_npu starts the device
         try:
-            target = resolve(name)
+            target = _resolve(name)
         except BaseException:
             if early_env:
                 early_env()
@@ -120,6 +120,19 @@ def enable(target: str | Target | None = None, *, strict: bool = False) -> Sessi
     s.enable_seconds = time.perf_counter() - t0
     _SESSION = s
     return s
+
+
+def _resolve(name: str) -> Target:
+    """The :class:`Target` for ``name``, chosen by the one resolver (purpose ``redirect``); raises its
+    ``DeviceError`` for a device that is not here."""
+    from ascendify.core import devices
+    from ascendify.device import placement
+
+    was_on = devices.is_emulated_npu_enabled()
+    r = placement.resolve(name, purpose="redirect")
+    if r.kind == "npu" and not r.emulated:
+        import torch_npu  # noqa: F401  (the device module the redirects use)
+    return Target.of(r, (r.why,) if r.emulated and not was_on else ())
 
 
 def _jit_builtin_table() -> dict[int, str]:

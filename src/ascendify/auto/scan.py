@@ -19,7 +19,7 @@ import ast
 from collections.abc import Iterator
 from typing import Any
 
-from ascendify.auto.record import short_path
+from ascendify.program.frames import short_path
 
 _WORDS = {"cuda": "the device type is the target's", "nccl": "the backend is the target's (hccl/gloo)"}
 _OPS = (ast.Eq, ast.NotEq, ast.In, ast.NotIn, ast.Is, ast.IsNot)

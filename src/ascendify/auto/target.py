@@ -1,8 +1,9 @@
-"""The device that CUDA calls go to: a small description, resolved once per run.
+"""The device that CUDA calls go to: a small description of it, made once per run.
 
 A :class:`Target` names the torch device type, the module that plays ``torch.cuda``'s role on it, its
-distributed backend, and how it takes device indices. ``resolve("auto")`` picks the best device present
-(a real NPU, the emulated NPU when enabled or requested, XPU, MPS, then the CPU; see :mod:`ascendify.core.devices`).
+distributed backend, and how it takes device indices. *Which* device is not decided here: the one resolver,
+:func:`ascendify.device.placement.resolve` with purpose ``redirect``, chooses it (``auto``: a real NPU, the
+emulated NPU when on or asked for, CUDA, XPU, MPS, then the CPU) and :meth:`Target.of` describes the choice.
 
 >>> t = Target("cpu")
 >>> t.device_str(3), t.indexed, t.dist_backend
@@ -15,14 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-NAMES = ("auto", "npu", "cpu", "xpu", "mps", "cuda")
-
 # distributed backend per device type when torch's own table has no entry (torch_npu registers hccl itself)
 _BACKENDS = {"npu": "hccl", "cpu": "gloo", "xpu": "xccl", "mps": "gloo", "cuda": "nccl"}
-
-
-class TargetError(RuntimeError):
-    """The requested target cannot be used here."""
 
 
 @dataclass(frozen=True)
@@ -32,6 +27,13 @@ class Target:
     device_type: str
     kind: str = "native"
     notes: tuple[str, ...] = field(default=())
+
+    @classmethod
+    def of(cls, resolved, notes: tuple[str, ...] = ()) -> Target:
+        """The target a :class:`ascendify.device.placement.Resolved` names (its ``kind``: ``torch_npu`` for a
+        real NPU, ``emulated``, or ``native``)."""
+        kind = "emulated" if resolved.emulated else ("torch_npu" if resolved.kind == "npu" else "native")
+        return cls(resolved.kind, kind, notes)
 
     @property
     def name(self) -> str:
@@ -77,60 +79,3 @@ class Target:
             return bool(self.module().is_available())
         except Exception:
             return False
-
-
-def _emulator():
-    """The emulated NPU (:mod:`ascendify.emulator`), imported here and only here, when a run asks for it: auto
-    depends on the emulator, never the other way round, and importing auto costs no torch."""
-    try:
-        from ascendify import emulator
-    except ImportError:
-        return None
-    return emulator
-
-
-def _npu_target(explicit: bool) -> Target | None:
-    from ascendify.core import devices
-
-    if devices.is_npu_available():
-        import torch_npu  # noqa: F401
-
-        return Target("npu", "torch_npu")
-    if devices.is_emulated_npu_enabled():
-        return Target("npu", "emulated")
-    if explicit or devices.emulation_requested():
-        emu = _emulator()
-        if emu is None or not hasattr(emu, "enable"):
-            if explicit:
-                raise TargetError(
-                    "--to npu: no usable torch_npu here and the emulated NPU (ascendify.emulator) is not available"
-                )
-            return None
-        emu.enable()
-        return Target("npu", "emulated", ("no Ascend NPU here: running on the emulated npu device",))
-    return None
-
-
-def resolve(name: str | None) -> Target:
-    """The :class:`Target` for ``name`` (``auto``, ``npu``, ``cpu``, ``xpu``, ``mps``, ``cuda``; None means auto)."""
-    name = (name or "auto").strip().lower()
-    if name not in NAMES:
-        raise TargetError(f"unknown target {name!r}; choose one of {', '.join(NAMES)}")
-    if name == "npu":
-        t = _npu_target(explicit=True)
-        assert t is not None
-        return t
-    if name == "auto":
-        t = _npu_target(explicit=False)
-        if t is not None:
-            return t
-        from ascendify.core import devices
-
-        name = devices.default_device()
-        return Target(name)
-    if name == "cpu":
-        return Target("cpu")
-    t = Target(name)
-    if not t.is_available():
-        raise TargetError(f"--to {name}: no {name} device is available here")
-    return t

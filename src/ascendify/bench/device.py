@@ -1,7 +1,9 @@
-"""The device under test: which one, its name, how to wait for it, time it, read its memory, and spot an OOM.
+"""The device under test: its name, how to wait for it, time it, read its memory, and spot an OOM.
 
 One small object, :class:`BenchDevice`, hides the difference between the CPU, CUDA, a real Ascend NPU and the
-emulated NPU. It goes through ``torch.get_device_module(type)`` (``torch.cuda``, ``torch.npu``) for
+emulated NPU. *Which* device is not decided here: :meth:`BenchDevice.open` asks the one resolver,
+:func:`ascendify.device.placement.resolve` with purpose ``bench`` (``auto`` never turns the emulated NPU on). It
+goes through ``torch.get_device_module(type)`` (``torch.cuda``, ``torch.npu``) for
 ``synchronize``, ``reset_peak_memory_stats``, ``max_memory_allocated`` and ``Event``, so it needs no per-device
 code beyond choosing the device.
 
@@ -22,10 +24,9 @@ import gc
 import os
 import time
 
-from ascendify.device.placement import DeviceError, enable_emulated_npu
+from ascendify.device.placement import DeviceError
 
-__all__ = ["EMULATED_LABEL", "BenchDevice", "DeviceError", "EventTimer", "HostPeak", "StepTimer", "WallTimer",
-           "resolve"]
+__all__ = ["EMULATED_LABEL", "BenchDevice", "DeviceError", "EventTimer", "HostPeak", "StepTimer", "WallTimer"]
 
 EMULATED_LABEL = "emulated: host speed, not NPU speed"
 
@@ -131,6 +132,32 @@ class BenchDevice:
     type: str  # "cpu", "cuda", "npu"
     name: str  # "NVIDIA A100-SXM4-80GB", "Ascend910B3", the CPU model
     emulated: bool = False
+
+    @classmethod
+    def open(cls, requested: str = "auto", *, emulate_memory: str | None = None) -> BenchDevice:
+        """The device ``--device requested`` names (:func:`ascendify.device.placement.resolve`, purpose
+        ``bench``), turned on when it is the emulated NPU (with ``emulate_memory`` as its capacity): before the
+        process's first ``backward()``, so open the device first. Raises :class:`DeviceError` (``usage``: a
+        word the bench does not take) saying why."""
+        from ascendify.core import devices
+        from ascendify.device import placement
+
+        kind, _ = placement.check(requested, "bench")
+        if kind in ("npu", "auto") and not devices.is_npu_available():
+            if kind == "npu" or devices.emulation_requested():
+                _import_transformers_first()
+        try:
+            r = placement.resolve(requested, purpose="bench",
+                                  emulator={"memory_capacity": emulate_memory} if emulate_memory else None)
+        except placement.DeviceSpecError:
+            raise
+        except DeviceError as e:
+            raise DeviceError(f"--device {requested}: {e}") from e
+        import torch
+
+        if r.emulated:
+            return cls("npu", torch.npu.get_device_name(0), emulated=True)
+        return cls(r.kind, devices.device_name(r.device))
 
     @property
     def host_peak(self) -> HostPeak:
@@ -257,48 +284,6 @@ class EventTimer(StepTimer):
     def times_ms(self) -> list[float]:
         self._mod.synchronize()
         return [float(a.elapsed_time(b)) for a, b in self._pairs]
-
-
-def resolve(request: str = "auto", *, emulate_memory: str | None = None) -> BenchDevice:
-    """``auto``/``cpu``/``cuda``/``npu`` -> a :class:`BenchDevice`.
-
-    ``npu`` is the real Ascend NPU when torch_npu sees one, else the emulated NPU (enabled here; it must be
-    enabled before the process's first ``backward()``, so resolve the device first). ``auto`` never turns the
-    emulator on: it picks a real NPU, the emulated NPU when already enabled, CUDA, then the CPU.
-    Raises :class:`DeviceError` with the reason when the device is not usable.
-    """
-    from ascendify.core import devices
-
-    req = (request or "auto").strip().lower()
-    if req.startswith(("cuda:", "npu:")):
-        raise DeviceError(f"--device {request}: give the device type only (cuda, npu); the bench uses device 0")
-    if req == "auto":
-        req = devices.default_device()
-        if req not in ("cpu", "cuda", "npu"):
-            req = "cpu"  # xpu/mps: not benchmarked yet
-    if req == "cpu":
-        return BenchDevice("cpu", devices.device_name("cpu"))
-    if req == "cuda":
-        if not devices.is_cuda_available():
-            raise DeviceError("--device cuda: no CUDA device is available (torch.cuda.is_available() is False)")
-        import torch
-
-        return BenchDevice("cuda", torch.cuda.get_device_name(0))
-    if req == "npu":
-        if devices.is_npu_available():
-            import torch
-            import torch_npu  # noqa: F401
-
-            return BenchDevice("npu", torch.npu.get_device_name(0))
-        _import_transformers_first()
-        try:
-            enable_emulated_npu(**({"memory_capacity": emulate_memory} if emulate_memory else {}))
-        except DeviceError as e:
-            raise DeviceError(f"--device npu: {e}") from e
-        import torch
-
-        return BenchDevice("npu", torch.npu.get_device_name(0), emulated=True)
-    raise DeviceError(f"--device {request!r}: expected auto, cpu, cuda or npu")
 
 
 def _import_transformers_first() -> None:

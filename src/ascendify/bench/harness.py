@@ -44,7 +44,7 @@ PRECISIONS = ("fp32", "fp16", "bf16")
 
 @dataclasses.dataclass
 class BenchConfig:
-    """Everything one run depends on (the device is resolved beforehand: see ``bench.device.resolve``)."""
+    """Everything one run depends on (the device is opened beforehand: see ``BenchDevice.open``)."""
 
     model: str = "resnet50"
     mode: str = "train"
@@ -136,11 +136,11 @@ class Record:
 
 def display_name(model: str) -> str:
     """``resnet50`` stays; ``path/to/my_model.py:build`` becomes ``my_model.py:build``."""
-    from ascendify.workloads import models
+    from ascendify.workloads import factory
 
-    if models.is_factory_spec(model):
-        file, _, factory = model.rpartition(":")
-        return f"{os.path.basename(file)}:{factory}"
+    if factory.is_spec(model):
+        s = factory.parse_spec(model)
+        return f"{os.path.basename(s.file)}:{s.expr}"
     return model
 
 
@@ -200,7 +200,7 @@ def run_one(cfg: BenchConfig, dev: BenchDevice, *, on_step: Callable[[str, int, 
     except for bad configurations, which raise ``ValueError``/``ModelError``)."""
     import torch
 
-    from ascendify.workloads import models
+    from ascendify.workloads import factory, models
 
     cfg.validate()
     name = models.canonical_name(cfg.model)
@@ -210,7 +210,7 @@ def run_one(cfg: BenchConfig, dev: BenchDevice, *, on_step: Callable[[str, int, 
                  timer=dev.timer().kind, threads=torch.get_num_threads(), torch_version=torch.__version__,
                  label=EMULATED_LABEL if dev.emulated else None,
                  started=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"))
-    if models.is_factory_spec(name):
+    if factory.is_spec(name):
         rec.model_spec = name
     else:
         rec.throughput_unit = f"{models.info(name).sample_unit}/s"
@@ -543,8 +543,8 @@ def bench_module(
     ``mode``: ``"train"`` (forward, ``loss_fn(output)``, backward, an SGD step with momentum 0.9 and ``lr``) or
     ``"infer"`` (forward under ``no_grad``). ``loss_fn`` defaults to :func:`default_loss` (the output's first
     floating tensor, ``.float().mean()``). ``precision`` ``fp16``/``bf16`` is autocast (with a GradScaler for fp16
-    training). ``device``: a ``BenchDevice`` or what ``bench.device.resolve`` takes (``auto``, ``cpu``, ``cuda``,
-    ``npu``); the model and the batch are moved there (training updates the model's parameters: pass a copy to
+    training). ``device``: a ``BenchDevice`` or a ``--device`` word (``auto``, ``cpu``, ``cuda``, ``npu``:
+    :meth:`BenchDevice.open`); the model and the batch are moved there (training updates the model's parameters: pass a copy to
     keep them; the model's training flag is restored). ``batch_size`` is the number of samples in the batch, for
     the throughput (default: the first dimension of its first tensor). ``name`` labels the record (default: the
     model's class name). An OOM or an error is the record's ``status`` (``oom``/``error``), as in a sweep.
@@ -552,11 +552,10 @@ def bench_module(
     import torch
     from torch.utils._pytree import tree_map
 
-    from ascendify.bench.device import resolve
     from ascendify.workloads import batchspec, models
 
     kwargs = dict(kwargs or {})
-    dev = device if isinstance(device, BenchDevice) else resolve(str(device))
+    dev = device if isinstance(device, BenchDevice) else BenchDevice.open(str(device))
     first = _first_tensor((args, kwargs))
     inferred = batch_size is None
     if batch_size is None:

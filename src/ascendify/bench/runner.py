@@ -37,6 +37,18 @@ def _output_problem(args) -> str | None:
     return f"--out {out}: {problem}" if problem else None
 
 
+def _open_device(args):
+    """The :class:`BenchDevice` of ``--device`` (see ``BenchDevice.open``), or the exit status after saying why:
+    2 for a word the bench does not take, 3 for a device that is not here."""
+    from ascendify.bench.device import BenchDevice
+
+    try:
+        return BenchDevice.open(args.device, emulate_memory=args.emulate_memory)
+    except DeviceError as e:
+        _err(str(e))
+        return e.exit_code
+
+
 def _timing(args) -> dict:
     quick = args.quick
     return dict(
@@ -85,8 +97,8 @@ def run_bench(args) -> int:
 
     from ascendify import report
     from ascendify.bench import harness, render
-    from ascendify.bench.device import resolve, set_threads
-    from ascendify.workloads import models
+    from ascendify.bench.device import set_threads
+    from ascendify.workloads import factory, models
 
     problem = _output_problem(args)
     if problem:
@@ -97,16 +109,14 @@ def run_bench(args) -> int:
     try:
         configs = _configs(args)
         for m in args.model:
-            if not models.is_factory_spec(m):
+            if not factory.is_spec(m):
                 models.info(m)  # unknown names fail before any device work
     except (ValueError, models.ModelError) as e:
         _err(str(e))
         return 2
-    try:
-        dev = resolve(args.device, emulate_memory=args.emulate_memory)  # before any backward (emulator)
-    except DeviceError as e:
-        _err(str(e))
-        return 3
+    dev = _open_device(args)  # before any backward (emulator)
+    if isinstance(dev, int):
+        return dev
     set_threads(args.threads)
     err = report.console(stderr=True)
     if dev.emulated:
@@ -181,9 +191,9 @@ def _run_with_inputs(args) -> int:
     first floating tensor)."""
     from ascendify import report
     from ascendify.bench import harness, render
-    from ascendify.bench.device import resolve, set_threads
+    from ascendify.bench.device import set_threads
     from ascendify.precision import loading
-    from ascendify.workloads import models
+    from ascendify.workloads import factory, models
 
     if not args.inputs:
         _err("--loss needs --inputs (a zoo model trains on its own loss)")
@@ -197,15 +207,13 @@ def _run_with_inputs(args) -> int:
         _err("--inputs makes one batch: give one --batch-size (how many samples it holds), or none")
         return 2
     try:
-        loss_fn = loading.function(args.loss) if args.loss else None
+        loss_fn = factory.load_function(args.loss) if args.loss else None
     except ValueError as e:
         _err(str(e))
         return 2
-    try:
-        dev = resolve(args.device, emulate_memory=args.emulate_memory)
-    except DeviceError as e:
-        _err(str(e))
-        return 3
+    dev = _open_device(args)
+    if isinstance(dev, int):
+        return dev
     set_threads(args.threads)
     err = report.console(stderr=True)
     if dev.emulated:
@@ -215,8 +223,8 @@ def _run_with_inputs(args) -> int:
         for mode in args.mode:
             for prec in args.precision:
                 try:
-                    if models.is_factory_spec(spec) or ".py:" in spec:
-                        model = loading.build(spec)
+                    if factory.is_spec(spec):
+                        model = factory.load_model(spec)
                     else:
                         model = models.build_model(spec, num_classes=args.num_classes, image_size=args.image_size,
                                                    seq_len=args.seq_len)  # fmt: skip
@@ -312,7 +320,7 @@ def run_loader(args) -> int:
     from ascendify import report
     from ascendify.bench import loader as L
     from ascendify.bench import render
-    from ascendify.bench.device import cpu_count, resolve, set_threads
+    from ascendify.bench.device import cpu_count, set_threads
 
     problem = _output_problem(args)
     if problem:
@@ -336,11 +344,9 @@ def run_loader(args) -> int:
             _err(f"{args.bench_json}: no successful run to take a compute rate from")
             return 2
         compute_rate = max(r["throughput"] for r in recs)
-    try:
-        dev = resolve(args.device, emulate_memory=args.emulate_memory)
-    except DeviceError as e:
-        _err(str(e))
-        return 3
+    dev = _open_device(args)
+    if isinstance(dev, int):
+        return dev
     set_threads(args.threads)
     n_samples = args.samples or (32 if quick else 512)
 

@@ -3,7 +3,8 @@
 Each module exposes ``HELP`` (one line), optionally ``DESCRIPTION``, ``add_arguments(parser)`` and
 ``run(args) -> int``, and imports nothing heavy at module level: no torch, no numpy, no matplotlib, and not the
 capability package itself (``ascendify --help`` and ``ascendify migrate`` run where torch is not installed).
-``run`` imports the capability it drives.
+``run`` imports the capability it drives. A verb that runs something on a device takes it with
+:func:`add_device_argument`: the same ``--device`` words, with the same meaning, in every verb.
 """
 
 from __future__ import annotations
@@ -32,6 +33,35 @@ def requires(who: str, *modules: str) -> bool:
         print(f"{who}: this command needs {hint}; {names} cannot be imported in {sys.executable}",
               file=sys.stderr)
     return not missing
+
+
+def add_device_argument(parser, purpose: str, *, flags: tuple[str, ...] = ("--device",), dest: str = "device",
+                        default: str | None = "auto", validate: bool = True, help: str | None = None):
+    """The one ``--device`` option of every verb that runs something on a device: the same words with the same
+    meaning everywhere (:func:`ascendify.device.placement.resolve`; ``purpose`` is the verb's: ``run``,
+    ``train``, ``bench``, ``redirect``, ``port``, which only says what ``auto`` falls back to and what the verb
+    cannot take). A word is checked as the command line is read (argparse's usage error, exit 2), unless
+    ``validate`` is False: train, whose device may come from its ``--config`` file too, checks it when it
+    resolves (the same message). ``help`` is said first, then the words and what ``auto`` means. Returns the
+    argparse action (its ``purpose`` attribute names the purpose)."""
+    import argparse
+
+    from ascendify.device import placement  # torch-free
+
+    def word(text: str) -> str:
+        try:
+            placement.check(text, purpose)
+        except placement.DeviceSpecError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+        return text.strip().lower()
+
+    shown = " | ".join(placement.words(purpose))
+    default_text = f"default {default}: " if default else "default auto: "
+    text = f"{help + '; ' if help else ''}{shown} ({default_text}{placement.auto_means(purpose)})"
+    action = parser.add_argument(*flags, dest=dest, default=default, metavar="DEVICE",
+                                 type=word if validate else str, help=text)
+    action.purpose = purpose
+    return action
 
 
 def program_to_run(who: str, args, outputs: dict[str, str | None] | None = None):

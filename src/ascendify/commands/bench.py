@@ -90,8 +90,9 @@ def _bool_choice(text: str) -> list[bool]:
 
 
 def _common_device(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda", "npu"],
-                   help="device to measure (npu: the real NPU, else the emulated one; default auto)")
+    from ascendify.commands import add_device_argument
+
+    add_device_argument(p, "bench", help="device to measure (npu: the real NPU, else the emulated one)")
     p.add_argument("--emulate-memory", metavar="SIZE", default=None,
                    help="capacity of the emulated npu, e.g. 64G (default: ASCENDIFY_EMULATE_MEMORY or 64G)")
     p.add_argument("--threads", type=_positive, default=None, help="torch intra-op threads (default: torch's)")

@@ -308,6 +308,7 @@ def run_model_compare(args):
     from ascendify.device import placement
     from ascendify.precision import loading
     from ascendify.precision.lockstep import compare_models
+    from ascendify.workloads import factory
 
     gdev, gprec = _parse_setting(args.golden_spec, "--golden")
     tdev, tprec = _parse_setting(args.target_spec, "--target")
@@ -315,16 +316,16 @@ def run_model_compare(args):
     resolved = {}
     for dev, what in ((gdev, f"--golden {args.golden_spec}"), (tdev, f"--target {args.target_spec}")):
         try:
-            resolved[dev] = placement.resolve_device(dev)[0] if dev.split(":")[0] != "cpu" else dev
+            resolved[dev] = placement.resolve(dev).device if dev.split(":")[0] != "cpu" else dev
         except placement.DeviceSpecError as e:
             raise SettingError(f"{what}: {e}") from None
         except placement.DeviceError as e:  # a device this machine does not have: exit 3, as in train and bench
             raise ValueError(f"{what}: {e}") from None
     torch.manual_seed(args.seed)
-    target = loading.build(args.model)
+    target = factory.load_model(args.model)
     if args.golden_model:
         torch.manual_seed(args.seed)
-        golden = loading.build(args.golden_model)
+        golden = factory.load_model(args.golden_model)
     else:
         golden = target
     inputs, kwargs = loading.batch(args.inputs, target, seed=args.seed)
@@ -332,7 +333,7 @@ def run_model_compare(args):
     if getattr(args, "loss", None):
         if not getattr(args, "backward", False):
             raise SettingError("--loss needs --backward")
-        loss_fn = loading.function(args.loss)
+        loss_fn = factory.load_function(args.loss)
     return compare_models(
         golden,
         target,
@@ -357,11 +358,12 @@ def _overflow_run(args, result) -> None:
 
     from ascendify.device import placement
     from ascendify.precision import loading, overflow
+    from ascendify.workloads import factory
 
     tdev, tprec = _parse_setting(args.target_spec, "--target")
-    device = placement.resolve_device(tdev)[0] if tdev.split(":")[0] != "cpu" else tdev
+    device = placement.resolve(tdev).device if tdev.split(":")[0] != "cpu" else tdev
     torch.manual_seed(args.seed)
-    target = loading.build(args.model)
+    target = factory.load_model(args.model)
     inputs, kwargs = loading.batch(args.inputs, target, seed=args.seed)
     ac = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[tprec]
     s = overflow.target_run(target, inputs, kwargs, device, ac)

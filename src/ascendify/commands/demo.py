@@ -43,8 +43,9 @@ STEPS = ("doctor", "migrate", "train", "compare", "bench")
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", "-o", default="demo_out", metavar="DIR", help="output folder (default: %(default)s)")
     p.add_argument("--quick", action="store_true", help="smallest sizes (what the tests run)")
-    p.add_argument("--device", choices=("auto", "npu", "cuda", "cpu"), default="auto",
-                   help="where the NPU side runs (default: %(default)s; see above)")
+    from ascendify.commands import add_device_argument
+
+    add_device_argument(p, "port", help="where the NPU side runs (see above)")
     p.add_argument("--skip", action="append", default=[], metavar="STEP",
                    help=f"skip a step (repeatable or comma-separated): {', '.join(STEPS)}")
     p.add_argument("--force", action="store_true", help="write into a non-empty folder that no demo wrote")

@@ -58,8 +58,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="where steps end: optimizer.step(), ascendify.precision.step() calls, or auto (default)")
     p.add_argument("--no-backward", action="store_true", help="forward only (no gradient hooks)")
     p.add_argument("--emulate", action="store_true", help="run on the emulated npu device (ascendify emulate)")
-    p.add_argument("--to", metavar="TARGET", choices=("npu", "cpu", "auto", "xpu", "mps"),
-                   help="run CUDA code with its CUDA calls redirected to TARGET (ascendify run --to TARGET)")
+    from ascendify.commands import add_device_argument
+
+    add_device_argument(p, "redirect", flags=("--device", "--to"), dest="to", default=None,
+                        help="run CUDA code with its CUDA calls redirected to DEVICE (ascendify run --device)")
     p.add_argument("--overflow", action="store_true",
                    help="no dump: find the first call whose output has inf/NaN its inputs had not (OUT/overflow.json)")
     p.add_argument("--overflow-action", choices=("stop", "record"), default=None,

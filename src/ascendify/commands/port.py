@@ -58,8 +58,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "by hand; default: %(default)s)")
     p.add_argument("--time-budget", type=float, default=None, metavar="S",
                    help="also stop each run after S seconds, wherever it is (before its first step too)")
-    p.add_argument("--device", choices=("auto", "npu", "cuda", "cpu"), default="auto",
-                   help="where the NPU side runs (default: a real NPU, else the emulated NPU)")
+    from ascendify.commands import add_device_argument
+
+    add_device_argument(p, "port", help="where the NPU side runs (cpu: the host only, the emulated NPU)")
     p.add_argument("--model", metavar="NAME|FILE:FACTORY",
                    help="the model to compare and bench: a discovered one's name or class (netG, Generator), or "
                         "FILE.py:FACTORY(...) to build (in the project and in OUT); default: the model the first "

@@ -31,13 +31,12 @@ Alternatively put `import ascendify.auto` on the first line of the entry script 
 ASCENDIFY_TARGET, default auto). Details: docs/auto.md.
 """
 
-TARGETS = ("auto", "npu", "cpu", "xpu", "mps", "cuda")
-
-
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--to", dest="to", choices=TARGETS, default=None,
-                   help="target device (default: $ASCENDIFY_TARGET or auto: real NPU, emulated NPU if enabled, "
-                        "CUDA (nothing to do), XPU, MPS, CPU)")
+    from ascendify.commands import add_device_argument
+
+    add_device_argument(p, "redirect", flags=("--device", "--to"), dest="to", default=None,
+                        help="where the CUDA calls go (default: $ASCENDIFY_TARGET, else auto; on CUDA: nothing "
+                             "to redirect)")
     p.add_argument("--strict", action="store_true",
                    help="raise at the call for unsupported APIs (annotations included) and unmappable devices")
     p.add_argument("--log", metavar="FILE", help="write the run report as JSON (rank N > 0: NAME.rankN.json)")
@@ -74,14 +73,14 @@ def run(args: argparse.Namespace) -> int:
             flags += ["--log", os.path.abspath(args.log)]
         return runner.run_torchrun(prog, flags)
 
-    from ascendify.auto.target import TargetError
+    from ascendify.device.placement import DeviceError
 
     os.environ["ASCENDIFY_TARGET"] = target  # children that `import ascendify.auto` follow the same target
     try:
         runner.enable_for_process(target, strict=args.strict, log=args.log, entry=prog.path, quiet=args.quiet,
                                   at_exit=False, rewrite_checks=args.rewrite_checks)
-    except TargetError as e:
-        print(f"ascendify run: {e}", file=sys.stderr)
+    except DeviceError as e:
+        print(f"ascendify run: --device {target}: {e}", file=sys.stderr)
         return 2
     except Exception as e:  # e.g. the emulator refused to start: say so, no traceback of ours
         print(f"ascendify run: cannot redirect to {target}: {e.__class__.__name__}: {e}", file=sys.stderr)

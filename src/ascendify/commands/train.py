@@ -37,7 +37,7 @@ examples:
 _OPTIONS: list[tuple[str, type, str]] = [
     ("model", str, "resnet50 | resnet18 | efficientnet_b0 | FILE.py:FACTORY (default resnet18)"),
     ("data", str, "synthetic | digits | DIR of class sub-folders (default synthetic)"),
-    ("device", str, "auto | npu | cuda | cpu (default auto: NPU, else CUDA, else the emulated NPU)"),
+    ("device", str, ""),  # add_device_argument: the words every verb takes
     ("amp", str, "bf16 | fp16 | off (default off)"),
     ("epochs", int, "epochs (default 5)"),
     ("batch_size", int, "batch size per process (default 64)"),
@@ -69,9 +69,13 @@ _OPTIONS: list[tuple[str, type, str]] = [
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", metavar="FILE", help="a TOML file of these settings; options given here override it")
+    from ascendify.commands import add_device_argument
+
     for name, kind, text in _OPTIONS:
         flag = "--" + name.replace("_", "-")
-        if kind is bool:
+        if name == "device":  # checked when resolved: the word may come from --config too
+            add_device_argument(p, "train", default=None, validate=False, help="where to train")
+        elif kind is bool:
             p.add_argument(flag, dest=name, action=argparse.BooleanOptionalAction, default=None, help=text)
         else:
             metavar = {int: "N", float: "X"}.get(kind, name.upper())

@@ -1,22 +1,15 @@
-"""One answer to "which device is this?": small probes that never raise, asked in a fixed order.
+"""What this machine has: small probes that never raise (a real NPU, the emulated one, CUDA, XPU, MPS).
 
 Everything in ascendify that needs to know the device asks this module (the style of HF accelerate's
 ``is_<device>_available``). Probes import torch lazily; none of them initialises a device context beyond
-what ``is_available()`` does.
-
-Order of preference for :func:`default_device`: a real NPU (torch_npu), the emulated NPU when it is enabled,
-CUDA, XPU, MPS, then the CPU.
+what ``is_available()`` does. Which device a verb then *uses* (``--device auto``'s order) is decided once, above
+this module: :func:`ascendify.device.placement.resolve`.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import os
 from functools import cache
-
-
-def torch_importable() -> bool:
-    return importlib.util.find_spec("torch") is not None
 
 
 @cache
@@ -87,16 +80,6 @@ def is_mps_available() -> bool:
 def emulation_requested() -> bool:
     """True when the environment asks for the emulated NPU (``ASCENDIFY_EMULATE=npu``)."""
     return os.environ.get("ASCENDIFY_EMULATE", "").strip().lower() == "npu"
-
-
-def default_device() -> str:
-    """The device type ascendify uses when the user names none: ``npu``, ``cuda``, ``xpu``, ``mps`` or ``cpu``."""
-    if is_npu_available() or is_emulated_npu_enabled():
-        return "npu"
-    for name, probe in (("cuda", is_cuda_available), ("xpu", is_xpu_available), ("mps", is_mps_available)):
-        if probe():
-            return name
-    return "cpu"
 
 
 def device_name(device: str) -> str:

@@ -13,9 +13,10 @@ import contextlib
 import csv
 import io
 import json
+import math
 import os
 import tempfile
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -95,18 +96,55 @@ def _umask() -> int:
     return mask
 
 
+# -- JSON and CSV next to every human output (re-exported by :mod:`ascendify.report`) ------------------------------
+
+
+def _clean(obj: Any) -> Any:
+    """JSON has no NaN/Infinity: write them as strings so every JSON reader accepts the file."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return "nan" if obj != obj else ("inf" if obj > 0 else "-inf")
+    if isinstance(obj, Mapping):
+        return {str(k): _clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_clean(v) for v in obj]
+    if hasattr(obj, "to_json") and callable(obj.to_json):
+        return _clean(obj.to_json())
+    if hasattr(obj, "__dataclass_fields__"):
+        import dataclasses
+
+        return _clean(dataclasses.asdict(obj))
+    return obj
+
+
+def dumps_json(obj: Any) -> str:
+    """``obj`` as indented, strict JSON text (NaN/inf as strings; dataclasses and ``.to_json()`` objects expanded).
+
+    >>> dumps_json({"loss": float("nan")})
+    '{\\n  "loss": "nan"\\n}\\n'
+    """
+    return json.dumps(_clean(obj), indent=2, ensure_ascii=False, allow_nan=False, default=str) + "\n"
+
+
 def write_json(path: str | os.PathLike[str], obj: Any) -> None:
-    """Atomically write ``obj`` as indented UTF-8 JSON."""
-    write_atomic(path, json.dumps(obj, indent=2, ensure_ascii=False, default=str) + "\n")
+    """Atomically write ``obj`` as JSON (see :func:`dumps_json`)."""
+    write_atomic(path, dumps_json(obj))
 
 
-def write_csv(path: str | os.PathLike[str], header: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
-    """Atomically write a CSV file with ``header`` and ``rows``."""
+def write_csv(
+    path: str | os.PathLike[str], rows: Iterable[Mapping[str, Any]], columns: Sequence[str] | None = None
+) -> None:
+    """Atomically write dict ``rows`` as CSV; ``columns`` orders the header (default: keys in first-seen order)."""
+    rows = list(rows)
+    if columns is None:
+        seen: dict[str, None] = {}
+        for r in rows:
+            seen.update(dict.fromkeys(r))
+        columns = list(seen)
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(header)
+    w.writerow(columns)
     for r in rows:
-        w.writerow(["" if v is None else v for v in r])
+        w.writerow(["" if r.get(c) is None else r.get(c) for c in columns])
     write_atomic(path, buf.getvalue())
 
 

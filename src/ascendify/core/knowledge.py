@@ -98,12 +98,6 @@ def overloads_without_npu_kernel() -> frozenset[str]:
     return frozenset(k["without_npu_kernel"]) | frozenset(k["kernels_that_fall_back_to_cpu"])
 
 
-@cache
-def npu_registered_overloads() -> frozenset[str]:
-    """ATen overloads for which torch_npu registers a PrivateUse1 kernel (``argmax.out``, ``add.Tensor``)."""
-    return frozenset(load("npu_kernels")["npu_registered"])
-
-
 def has_npu_kernel(overload: str) -> bool:
     """True when ATen ``overload`` (``argmax``, ``_foreach_mul_.Tensor``) runs on an NPU without a CPU fallback."""
     return overload not in overloads_without_npu_kernel()

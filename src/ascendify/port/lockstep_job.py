@@ -149,17 +149,14 @@ def _site() -> str:
     tree is named from the tree's root)."""
     import os
 
-    import torch
+    from ascendify.program import frames
 
-    skip = (os.path.dirname(torch.__file__), os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    f = sys._getframe(2)
-    while f is not None:
-        fn = f.f_code.co_filename
-        if not fn.startswith("<") and not fn.startswith(skip):
-            rel = fn.split("/tree/", 1)[1].split("/", 1)[-1] if "/tree/" in fn else os.path.basename(fn)
-            return f"{rel}:{f.f_lineno}"
-        f = f.f_back
-    return "?"
+    f = frames.user_frame(2)
+    if f is None:
+        return "?"
+    fn = f.f_code.co_filename
+    rel = fn.split("/tree/", 1)[1].split("/", 1)[-1] if "/tree/" in fn else os.path.basename(fn)
+    return f"{rel}:{f.f_lineno}"
 
 
 def mark_random_calls(result, drew: dict[str, dict[str, Any]]) -> list[str]:

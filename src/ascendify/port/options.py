@@ -15,7 +15,6 @@ from __future__ import annotations
 import functools
 import os
 import re
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
@@ -164,21 +163,16 @@ def shown_from(ctx: Context, text: str) -> str:
 
 
 def resolve_target(device: str) -> tuple[str, str]:
-    """``(target, why)``: ``npu`` (a real Ascend NPU), ``cuda`` or ``emulated``."""
-    from ascendify.core import devices
+    """``(target, why)``: ``npu`` (a real Ascend NPU), ``cuda`` or ``emulated``; the words mean what they mean
+    for every verb (:func:`ascendify.device.placement.resolve`, purpose ``port``)."""
+    from ascendify.device import placement
 
-    if device in ("auto", "npu") and devices.torch_npu_installed() and devices.is_npu_available():
-        return "npu", "an Ascend NPU is present: every NPU step runs on it"
-    if device == "npu":
-        return "emulated", "no Ascend NPU here: the emulated NPU stands in (its speed is the host's)"
-    if device in ("auto", "cuda") and shutil.which("nvidia-smi") and devices.is_cuda_available():
-        return "cuda", ("a CUDA GPU is present and no Ascend NPU: the original runs on the GPU; the migrated copy "
-                        "needs an NPU")
-    if device == "cuda":
-        raise PortError("--device cuda: no CUDA GPU is usable here (try --device auto)")
-    if device == "cpu":
-        return "emulated", "--device cpu: the host only, the NPU side on the emulated NPU"
-    return "emulated", "no Ascend NPU or GPU here: the emulated NPU (on the host CPU) stands in, at host speed"
+    try:
+        r = placement.resolve(device, purpose="port")
+    except placement.DeviceError as e:
+        raise PortError(f"--device {device}: {e}") from e
+    return ("emulated" if r.emulated else r.kind), r.why
+
 
 def check_migrated_out(out: Path, project: Path, force: bool) -> bool:
     """Whether migrate must be told ``--force`` for ``out``; raises :class:`PortError` for a folder it must not

@@ -137,24 +137,21 @@ def in_compiler() -> bool:
     return False
 
 def user_site(root: str) -> str | None:
-    """``file:line`` of the innermost frame in the user's code (not torch, not ascendify)."""
-    import torch
+    """``file:line`` of the innermost frame in the user's code (not torch, not ascendify), the file relative to
+    ``root`` (:func:`ascendify.program.frames.user_frame`)."""
+    from ascendify.program import frames
 
-    skip = (os.path.dirname(torch.__file__), os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    f = sys._getframe(2)
-    for _ in range(40):
-        if f is None:
-            return None
-        path = f.f_code.co_filename
-        if not path.startswith(skip) and not path.startswith("<"):
-            try:
-                rel = os.path.relpath(path, root)
-                path = rel if not rel.startswith("..") else os.path.basename(path)
-            except ValueError:
-                path = os.path.basename(path)
-            return f"{path}:{f.f_lineno}"
-        f = f.f_back
-    return None
+    f = frames.user_frame(2)
+    if f is None:
+        return None
+    path = f.f_code.co_filename
+    try:
+        rel = os.path.relpath(path, root)
+        path = rel if not rel.startswith("..") else os.path.basename(path)
+    except ValueError:
+        path = os.path.basename(path)
+    return f"{path}:{f.f_lineno}"
+
 
 def defined_at(cls: type, root: str) -> str | None:
     import inspect

@@ -30,7 +30,6 @@ import contextlib
 import copy
 import dataclasses
 import os
-import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,11 +40,11 @@ from torch.utils._pytree import tree_flatten, tree_map
 from ascendify.precision import matching, metrics, thresholds
 from ascendify.precision.divergence import ComparisonResult, NodeResult
 from ascendify.precision.weights import compare_weights, copy_weights  # noqa: F401 (copy_weights: public here too)
+from ascendify.program import frames
 
 LEVELS = ("module", "mix")
 
 _TORCH_DIR = os.path.dirname(torch.__file__)
-_OUR_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # the ascendify package
 
 # torch functions never recorded at API level: metadata, no arithmetic
 _SKIP_API = {
@@ -186,14 +185,9 @@ def _short(path: str) -> str:
 
 
 def _call_site() -> str | None:
-    """``file:line`` of the first frame outside torch and ascendify.precision (the user's call)."""
-    f = sys._getframe(2)
-    while f is not None:
-        fn = f.f_code.co_filename
-        if not (fn.startswith(_TORCH_DIR) or fn.startswith(_OUR_DIR) or fn == "<string>"):
-            return f"{_short(fn)}:{f.f_lineno}"
-        f = f.f_back
-    return None
+    """``file:line`` of the first frame outside torch and ascendify (the user's call)."""
+    f = frames.user_frame(2)
+    return None if f is None else f"{_short(f.f_code.co_filename)}:{f.f_lineno}"
 
 
 def _defined_at(module) -> str | None:

@@ -58,9 +58,6 @@ class Matching:
     unmatched_golden: list[int] = field(default_factory=list)
     unmatched_target: list[int] = field(default_factory=list)
 
-    def golden_to_target(self) -> dict[int, int]:
-        return dict(self.pairs)
-
     def target_to_golden(self) -> dict[int, int]:
         return {t: g for g, t in self.pairs}
 

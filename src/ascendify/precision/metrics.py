@@ -110,12 +110,6 @@ def trimmed_rel_l2(actual, expected, share: float = 0.01) -> float:
     return dn / nb
 
 
-def euclidean(actual, expected) -> float:
-    """Euclidean distance ``|a - b|`` (msprobe's EucDist)."""
-    a, b = _finite(*_pair(actual, expected))
-    return float((a - b).norm())
-
-
 def max_abs(actual, expected) -> float:
     """Largest absolute element difference (msprobe's MaxAbsErr)."""
     a, b = _finite(*_pair(actual, expected))

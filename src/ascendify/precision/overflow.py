@@ -23,8 +23,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-_TORCH_DIR = os.path.dirname(torch.__file__)
-_OWN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from ascendify.program import frames
+
 DEFAULT_CAP = 100
 
 
@@ -45,15 +45,12 @@ class OverflowStop(SystemExit):
 
 def _user_frame() -> dict | None:
     """The innermost frame outside torch and ascendify: the user's line."""
-    f = sys._getframe(1)
-    while f is not None:
-        fn = f.f_code.co_filename
-        if not (fn.startswith(_TORCH_DIR) or fn.startswith(_OWN_DIR) or fn.startswith("<")):
-            line = (traceback.extract_stack(f, limit=1) or [None])[-1]
-            return {"file": fn, "line": f.f_lineno, "function": f.f_code.co_name,
-                    "code": (line.line or "").strip() if line else ""}  # fmt: skip
-        f = f.f_back
-    return None
+    f = frames.user_frame(1)
+    if f is None:
+        return None
+    line = (traceback.extract_stack(f, limit=1) or [None])[-1]
+    return {"file": f.f_code.co_filename, "line": f.f_lineno, "function": f.f_code.co_name,
+            "code": (line.line or "").strip() if line else ""}  # fmt: skip
 
 
 def _floats(obj) -> list[torch.Tensor]:

@@ -14,7 +14,6 @@ import os
 import runpy
 import signal
 import sys
-import sysconfig
 import traceback
 from collections.abc import Callable, Iterable
 
@@ -117,10 +116,9 @@ TOOL, USER, LIBRARY = "tool", "user", "library"
 
 
 def _library_roots() -> tuple[str, ...]:
-    roots = {os.path.abspath(p) for key in ("stdlib", "platstdlib", "purelib", "platlib")
-             if (p := sysconfig.get_paths().get(key))}
-    roots.update(os.path.abspath(p) for p in sys.path if p and ("site-packages" in p or "dist-packages" in p))
-    return tuple(roots)
+    from ascendify.program import frames
+
+    return frames.library_roots()
 
 
 def frame_kind(filename: str, hidden: Iterable[str] = (), script: str | None = None) -> str:

@@ -8,15 +8,16 @@ Importing this package is cheap: rich and matplotlib load only when a table is d
 ['file', 'sites']
 
 - :mod:`ascendify.report.tables`: :class:`Column`, :func:`console`, :func:`table`, :func:`print_table`.
-- :mod:`ascendify.report.files`: :func:`write_json`, :func:`write_csv`, :func:`dumps_json` (atomic, 0644).
+- :func:`write_json`, :func:`write_csv`, :func:`dumps_json`: atomic files, mode 0644 (umask permitting); they live
+  in :mod:`ascendify.core.fileio`, below every layer that writes one.
 - :mod:`ascendify.report.plots`: PNG line and bar plots (matplotlib, Agg).
 - :mod:`ascendify.report.html`: :class:`HtmlReport`, one self-contained page (inline CSS, images as data URIs).
 """
 
 from __future__ import annotations
 
+from ascendify.core.fileio import dumps_json, write_csv, write_json
 from ascendify.report import plots
-from ascendify.report.files import dumps_json, write_csv, write_json
 from ascendify.report.html import HtmlReport, Section
 from ascendify.report.tables import (
     STATUS_STYLES,

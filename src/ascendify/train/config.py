@@ -85,10 +85,6 @@ class TrainConfig:
         return dataclasses.asdict(self)
 
     @classmethod
-    def field_names(cls) -> list[str]:
-        return [f.name for f in fields(cls)]
-
-    @classmethod
     def from_sources(cls, toml_path: str | None = None, overrides: dict[str, Any] | None = None) -> TrainConfig:
         """Defaults, then the TOML file (flat keys, or under ``[train]``), then ``overrides`` (None values skipped)."""
         values: dict[str, Any] = {}

@@ -67,7 +67,8 @@ def _writing(path: Path):
 def train(cfg: TrainConfig, *, show_progress: bool = True) -> list[dict]:
     """Train as ``cfg`` says; returns the history (one dict per finished epoch). The main process holds ``--out``
     while it trains (``core.fileio.output_lock``): a second run into the same folder is refused, never mixed in."""
-    device, emulated = placement.resolve_device(cfg.device, backward=True)
+    r = placement.resolve(cfg.device, purpose="train")
+    device, emulated = r.device, r.emulated
     ctx, device = distributed.setup(device, emulated)
     out = Path(cfg.out)
     with contextlib.ExitStack() as held:

@@ -98,10 +98,3 @@ def build_eval(image_size: int | tuple[int, int] = 224, *, mean=IMAGENET_MEAN, s
     return K.AugmentationSequential(
         K.Resize(size), K.Normalize(mean=torch.tensor(mean), std=torch.tensor(std)), data_keys=["input"]
     )
-
-
-def to_float_images(batch):
-    """uint8 ``[B, 3, H, W]`` (0..255) -> float32 in [0, 1]; float input is returned as is."""
-    import torch
-
-    return batch.to(torch.float32).div_(255.0) if batch.dtype == torch.uint8 else batch

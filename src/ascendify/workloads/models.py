@@ -32,19 +32,18 @@ Build on ``device="meta"`` to count the parameters of a large model without allo
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import inspect
-import os
-import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
+
+from ascendify.workloads import factory
 
 TASKS = ("image-classification", "sequence-classification", "causal-lm")
 
 
-class ModelError(ValueError):
-    """A model name or ``FILE:FACTORY`` that cannot be built; the message says why."""
+# A model name or ``FILE.py:FACTORY`` that cannot be built; the message says why. One error for both: a user's
+# factory fails with the loader's own (:class:`ascendify.workloads.factory.FactoryError`).
+ModelError = factory.FactoryError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,18 +90,10 @@ ALIASES = {
 
 def canonical_name(name: str) -> str:
     """``"ResNet-50"`` -> ``"resnet50"``; a ``FILE:FACTORY`` spec is returned unchanged."""
-    if is_factory_spec(name):
+    if factory.is_spec(name):
         return name
     key = name.strip().lower()
     return ALIASES.get(key, key)
-
-
-def is_factory_spec(name: str) -> bool:
-    """True for ``path/to/file.py:factory`` (a user's model), False for a zoo name."""
-    if ":" not in name:
-        return False
-    file, _, factory = name.rpartition(":")
-    return bool(file) and bool(factory) and factory.isidentifier()
 
 
 def info(name: str) -> ModelInfo:
@@ -131,7 +122,7 @@ def build_model(
     """
     import torch
 
-    if is_factory_spec(name):
+    if factory.is_spec(name):
         model = _build_from_factory(name, num_classes=num_classes, image_size=image_size, seq_len=seq_len)
     else:
         mi = info(name)
@@ -324,57 +315,30 @@ _BUILDERS: dict[str, Callable] = {
 }
 
 
-def _where_in(exc: BaseException, path: Path) -> str:
-    """`` (at FILE:LINE)``: the last line of ``path`` the exception passed through ('' when none)."""
-    import traceback
-
-    want = os.path.realpath(path)
-    lines = [f.lineno for f in traceback.extract_tb(exc.__traceback__) if os.path.realpath(f.filename) == want]
-    return f" (at {path}:{lines[-1]})" if lines else ""
-
-
 def _build_from_factory(spec: str, **kwargs):
+    """A user's model, loaded by :mod:`ascendify.workloads.factory` (a name called with the keywords it accepts),
+    with the attributes the zoo's models carry; ``kwargs`` is updated with the sizes the factory chose."""
     import torch.nn as nn
 
-    file, _, factory_name = spec.rpartition(":")
-    path = Path(file)
-    if not path.is_file():
-        raise ModelError(f"{spec}: no such file {file!r}")
-    mod_name = f"_ascendify_user_model_{abs(hash(os.path.abspath(path)))}"
-    module = sys.modules.get(mod_name)
-    if module is None:
-        loader_spec = importlib.util.spec_from_file_location(mod_name, path)
-        if loader_spec is None or loader_spec.loader is None:
-            raise ModelError(f"{spec}: {file} is not an importable Python file")
-        module = importlib.util.module_from_spec(loader_spec)
-        sys.modules[mod_name] = module
+    s = factory.parse_spec(spec)
+    named = None if s.is_call else factory.load(s, call=False)
+    if callable(named) and not isinstance(named, nn.Module):
+        accepted = factory.accepted_keywords(named, kwargs)
         try:
-            loader_spec.loader.exec_module(module)
-        except Exception as e:
-            del sys.modules[mod_name]
-            raise ModelError(f"{spec}: importing {file} failed: {type(e).__name__}: {e}") from e
-    factory = getattr(module, factory_name, None)
-    if not callable(factory):
-        raise ModelError(f"{spec}: {file} defines no callable {factory_name!r}")
-    try:
-        params = inspect.signature(factory).parameters
-        takes_any = any(p.kind is p.VAR_KEYWORD for p in params.values())
-        accepted = {k: v for k, v in kwargs.items() if v is not None and (takes_any or k in params)}
+            params = inspect.signature(named).parameters
+        except (TypeError, ValueError):
+            params = {}
         for k in ("image_size", "seq_len"):  # not given: the factory's own default is the model's size
             default = params[k].default if k in params else None
             if kwargs.get(k) is None and isinstance(default, int) and not isinstance(default, bool):
                 kwargs[k] = default
-    except (TypeError, ValueError):
+    else:
         accepted = {}
-    try:
-        model = factory(**accepted)
-    except Exception as e:  # the user's code: say which file, which factory and what it raised (no traceback)
-        raise ModelError(f"{spec}: {factory_name}() raised {type(e).__name__}: {e}{_where_in(e, path)}") from None
+    model = factory.load_model(s, kwargs=accepted)
     if "num_classes" not in accepted:
         kwargs["num_classes"] = None  # the factory chose its own class count: example_batch stays below 2
-    if not isinstance(model, nn.Module):
-        raise ModelError(f"{spec}: {factory_name}() returned {type(model).__name__}, expected a torch.nn.Module")
-    model.ascendify_name = getattr(model, "ascendify_name", f"{path.name}:{factory_name}")
+    path = s.path()
+    model.ascendify_name = getattr(model, "ascendify_name", f"{path.name}:{s.expr}")
     model.ascendify_source = getattr(model, "ascendify_source", "user")
     model.ascendify_task = getattr(model, "ascendify_task", "image-classification")
     if kwargs.get("num_classes") is not None:

@@ -1,4 +1,4 @@
-"""``torch.compile`` settings that name CUDA graphs (issue 19).
+"""``torch.compile`` settings that name CUDA graphs.
 
 ``backend="cudagraphs"`` becomes the target's graph backend where it has one (``"npugraphs"``, registered by
 torch_npu on a real NPU and by the emulator on the emulated one); elsewhere (the CPU) it compiles with

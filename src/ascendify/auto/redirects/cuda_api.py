@@ -102,7 +102,7 @@ def _equivalents(s) -> dict[str, Any]:
 
 
 def _complete_queries(out: dict[str, Any], mod: Any, device_type: str) -> None:
-    """Device queries answer complete objects (issue 19): inductor, Dynamo and profilers read CUDA's fields
+    """Device queries answer complete objects: inductor, Dynamo and profilers read CUDA's fields
     of the properties object and index the capability tuple."""
     import functools
 

@@ -1,4 +1,4 @@
-"""``torch.compile`` on the emulated npu: inductor and torch_npu's Dynamo backends (issue 19).
+"""``torch.compile`` on the emulated npu: inductor and torch_npu's Dynamo backends.
 
 torch_npu registers three Dynamo backends (``torch._dynamo.register_backend``) and routes inductor to the
 NPU: ``"npu"`` (torchair's graph mode), ``"npugraph_ex"`` and ``"npugraphs"`` (the NPU's ``cudagraphs``).

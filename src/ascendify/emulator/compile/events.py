@@ -1,4 +1,4 @@
-"""Graph breaks and recompilations under emulation, for the emulator's summary (issue 19).
+"""Graph breaks and recompilations under emulation, for the emulator's summary.
 
 A user wants to know, before paying for NPU time, whether ``torch.compile`` really compiles the program: how
 many graphs, how many graph breaks (and why), how many recompilations (and why). Graph breaks come from

@@ -117,8 +117,3 @@ def adopt_fresh(t: torch.Tensor, index: int = 0) -> torch.Tensor:
     if st.resizable():
         _memory.track(st, st.nbytes(), index)
     return out
-
-
-def adopt_unaccounted(t: torch.Tensor, index: int = 0) -> torch.Tensor:
-    """Like :func:`adopt` for memory that is already counted (or must not be)."""
-    return _retag(t, _KDL_EXT_DEV | ((0 if _settings.single_device else index) << 32))

@@ -40,6 +40,8 @@ import time
 
 import torch
 
+from ascendify.program import frames
+
 ENV = "ASCENDIFY_CHECK_COLLECTIVES"
 TIMEOUT_ENV = "ASCENDIFY_COLLECTIVE_TIMEOUT"
 DEFAULT_TIMEOUT = 10.0
@@ -75,10 +77,6 @@ METHODS = {
     "alltoall": ("all_to_all", "dtype"),
     "barrier": ("barrier", "none"),
 }
-
-_SKIP_DIRS = tuple(os.path.dirname(m.__file__) + os.sep for m in (torch,)) + (
-    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep,  # ascendify
-)
 
 
 def enabled(env=None) -> bool:
@@ -154,15 +152,10 @@ def fingerprint(op: str, agree: str, args) -> tuple[str, str]:
     return f"{op}|{opts}|{key}", shown
 
 
-def user_frame() -> str:
+def _caller() -> str:
     """``file:line (function)`` of the innermost frame outside torch and ascendify: the user's call."""
-    f = sys._getframe(2)
-    while f is not None:
-        name = f.f_code.co_filename
-        if not name.startswith(_SKIP_DIRS) and not name.startswith("<frozen"):
-            return f"{os.path.relpath(name) if not name.startswith('<') else name}:{f.f_lineno} ({f.f_code.co_name})"
-        f = f.f_back
-    return "?"
+    f = frames.user_frame(2)
+    return "?" if f is None else f"{os.path.relpath(f.f_code.co_filename)}:{f.f_lineno} ({f.f_code.co_name})"
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -188,7 +181,7 @@ class Checker:
     # -- the collective's side (hot path) -------------------------------------------------------------------
     def record(self, op: str, agree: str, args) -> int:
         match, shown = fingerprint(op, agree, args)
-        where = user_frame()
+        where = _caller()
         with self.lock:
             k = len(self.seq)
             self.seq.append((match, shown, where))

@@ -21,6 +21,7 @@ import torch
 
 from ascendify.emulator import runtime
 from ascendify.emulator.errors import NpuFidelityError
+from ascendify.program import frames
 
 _settings = runtime.settings
 _rec = runtime.recorder
@@ -41,13 +42,19 @@ _LIB_DIRS = (os.sep + "ascendify" + os.sep + "emulator" + os.sep, os.sep + "torc
              os.sep + os.path.join("ascendify", "precision", "overflow.py"))
 
 
+_PAST_LIBS = frames.passing(contains=_LIB_DIRS, base=None)
+
+
 def _user_stacklevel() -> int:
     """The ``stacklevel`` that points a warning at the first frame outside the emulator and torch."""
+    user = frames.user_frame(2, _PAST_LIBS)
+    if user is None:
+        return 2
     level, f = 2, sys._getframe(2)
-    while f is not None and any(d in f.f_code.co_filename for d in _LIB_DIRS):
+    while f is not user:
         f = f.f_back
         level += 1
-    return level if f is not None else 2
+    return level
 
 
 def no_npu_kernel(name: str) -> None:
@@ -93,12 +100,13 @@ _SEE_THROUGH = tuple(os.sep.join(p) for p in (("ascendify", "emulator"), ("ascen
                                              ("torch", "_compile.py")))
 
 
+_PAST_WATCH = frames.passing(contains=_SEE_THROUGH, base=None)
+
+
 def _torch_internal() -> bool:
     """True when the nearest caller outside ascendify's emulator (and its overflow watch) is one of torch's own
     float64 bookkeeping files."""
-    f = sys._getframe(2)
-    while f is not None and any(p in f.f_code.co_filename for p in _SEE_THROUGH):
-        f = f.f_back
+    f = frames.user_frame(2, _PAST_WATCH)
     if f is None:
         return False
     name = f.f_code.co_filename.replace(os.sep, "/")

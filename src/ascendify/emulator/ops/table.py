@@ -117,11 +117,6 @@ def policy(name: str) -> OpPolicy:
     return (_table or table()).get(name, DEFAULT)
 
 
-def special_kernels() -> dict[str, Callable]:
-    """``{op: kernel}`` for every op with its own kernel."""
-    return {name: p.kernel for name, p in table().items() if p.kernel is not None}
-
-
 def direct_entries() -> list[tuple[str, OpPolicy]]:
     """The ops whose own kernel is registered directly on ``PrivateUse1`` (and on ``keys``)."""
     return [(name, p) for name, p in table().items() if p.direct and p.kernel is not None]

@@ -42,6 +42,11 @@ _COMM = {"all_reduce": "allReduce", "allreduce": "allReduce", "broadcast": "broa
          "send": "send", "recv": "receive", "barrier": "barrier"}
 
 
+def _write_rows(path: str, header: list[str], rows) -> None:
+    """One of the profiler's CSV files: ``rows`` are lists in ``header``'s order."""
+    write_csv(path, (dict(zip(header, r, strict=False)) for r in rows), header)
+
+
 def layout() -> dict:
     return knowledge.load("ascend_profiler_layout")
 
@@ -265,16 +270,16 @@ def write(run: Run, out_dir: str, *, worker: str | None, config: dict, metadata:
         row = [run.device, t.name, t.type, "HCCL" if t.comm else "AI_CORE", _ts(t.start), _us(t.end - t.start), 0,
                0, shapes, dtypes, ";".join("ND" for _ in t.op.shapes), "", "", ""]
         rows.append(([t.step if t.step is not None else ""] if with_steps else []) + row)
-    write_csv(os.path.join(out, "kernel_details.csv"), header, rows)
+    _write_rows(os.path.join(out, "kernel_details.csv"), header, rows)
 
-    write_csv(os.path.join(out, "operator_details.csv"), files["operator_details.csv"]["headers"],
+    _write_rows(os.path.join(out, "operator_details.csv"), files["operator_details.csv"]["headers"],
               _operator_rows(run))
-    write_csv(os.path.join(out, "op_statistic.csv"), files["op_statistic.csv"]["headers"], _op_statistic(run))
-    write_csv(os.path.join(out, "step_trace_time.csv"), files["step_trace_time.csv"]["headers"], _step_rows(run))
+    _write_rows(os.path.join(out, "op_statistic.csv"), files["op_statistic.csv"]["headers"], _op_statistic(run))
+    _write_rows(os.path.join(out, "step_trace_time.csv"), files["step_trace_time.csv"]["headers"], _step_rows(run))
     if profile_memory:
         op_rows, record_rows = _memory_rows(run)
-        write_csv(os.path.join(out, "operator_memory.csv"), files["operator_memory.csv"]["headers"], op_rows)
-        write_csv(os.path.join(out, "memory_record.csv"), files["memory_record.csv"]["headers"], record_rows)
+        _write_rows(os.path.join(out, "operator_memory.csv"), files["operator_memory.csv"]["headers"], op_rows)
+        _write_rows(os.path.join(out, "memory_record.csv"), files["memory_record.csv"]["headers"], record_rows)
     trace = _trace(run, mstx)
     write_atomic(os.path.join(out, "trace_view.json"), json.dumps(trace) + "\n")
     return root

@@ -1,4 +1,4 @@
-"""Graph mode (issue 19): ``torch.compile`` backends and options that name CUDA graphs or Triton.
+"""Graph mode: ``torch.compile`` backends and options that name CUDA graphs or Triton.
 
 ``torch.cuda.CUDAGraph`` / ``torch.cuda.graph`` / ``torch.cuda.make_graphed_callables`` are rewritten by
 ASC203 (``torch.npu.NPUGraph`` / ``torch.npu.graph`` / ``torch.npu.make_graphed_callables``); these rules
