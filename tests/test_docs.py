@@ -49,8 +49,8 @@ def _named() -> list[tuple[str, str, str]]:
         text = page.read_text(encoding="utf-8")
         rel = page.relative_to(REPO).as_posix()
         for m in _spans(text, PATH):
-            if m.group(1) in WHEEL_ONLY:
-                continue
+            if m.group(1) in WHEEL_ONLY or text[m.end():m.end() + 2].lstrip("/").startswith("<"):
+                continue  # a wheel's path, or a pattern: tests/emulator/fused/test_fused_<family>.py
             out.append((rel, "path", m.group(0)))
         for m in _spans(text, MODULE):
             if text[m.end():m.end() + 1] == "/" or m.group(0) in NOT_MODULES:
@@ -91,3 +91,34 @@ def test_the_checker_sees_a_stale_name(tmp_path):
     assert not _path("ascendify/port/pipeline.py").exists()
     assert [m.group(1) for m in PATH.finditer("see `src/ascendify/core/fileio.py` and tests/x.py::t.")] == \
         ["src/ascendify/core/fileio.py", "tests/x.py"]
+
+
+LINK = re.compile(r"\]\(([^)\s]+?\.md)(?:#([\w-]+))?\)")
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def _anchors(page: Path) -> set[str]:
+    text = re.sub(r"```.*?```", "", page.read_text(encoding="utf-8"), flags=re.S)
+    return {_slug(m.group(1)) for m in re.finditer(r"^#+ (.+)$", text, re.M)}
+
+
+LINKS = sorted({(p.relative_to(REPO).as_posix(), m.group(1), m.group(2) or "")
+                for p in PAGES for m in LINK.finditer(p.read_text(encoding="utf-8"))
+                if not m.group(1).startswith("http")})
+
+
+@pytest.mark.parametrize(("page", "target", "anchor"), LINKS, ids=[f"{p}->{t}#{a}" for p, t, a in LINKS])
+def test_links_between_the_pages_resolve(page, target, anchor):
+    path = (REPO / page).parent / target
+    assert path.is_file(), f"{page} links to {target}, which does not exist"
+    if anchor:
+        assert anchor in _anchors(path), f"{page} links to {target}#{anchor}: no such heading"
+
+
+def test_slugs_are_githubs():
+    assert _slug("The import hook: `ASCENDIFY_EMULATE=npu`") == "the-import-hook-ascendify_emulatenpu"
+    assert _slug("torch_npu's fused operators") == "torch_npus-fused-operators"
