@@ -81,3 +81,14 @@ def test_unsafe_rule_only_applies_with_unsafe():
     assert row.severity == "unsafe-fix" and "DistributedDataParallel" in row.tip
     out2, _ = migrate_source(src, Options(target="npu", unsafe=True))
     assert "DistributedDataParallel(m)" in out2
+
+
+def test_fp16_reduction_rule_reports_only_assignments():
+    flag = "torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction"
+    src = f"import torch\n{flag} = False\nold = {flag}\ncfg.allow_fp16_reduced_precision_reduction = True\n"
+    out, result = migrate_source(src, Options(target="npu"))
+    assert out == src
+    rows = {(f.rule, f.line) for f in result.findings if f.api == flag}
+    # the assignment is ASC404's (not ASC403's kernel-selector reason); the read stays with ASC403
+    assert rows == {("ASC404", 2), ("ASC403", 3)}
+    assert not [f for f in result.findings if f.line == 4]

@@ -150,10 +150,57 @@ SDPA = (
 )
 def backend_selector(ctx, node: ast.AST) -> None:
     q = ctx.qname(node)
-    if not q or ctx.is_claimed(node):
+    if not q or ctx.is_claimed(node) or _sets_fp16_reduction(ctx, node):
         return
     if q in SDPA or q.startswith("torch.backends.cuda.") and q not in HF32:
         ctx.claim(node)
         sev = UNSUPPORTED if q.startswith("torch.backends.cuda") else MANUAL
         ctx.report(node, api=q, severity=sev, reason="selects CUDA attention/linear-algebra kernels",
                    tip="on Ascend SDPA runs the fused NPU kernel; drop the selector or guard it for CUDA")
+
+
+FP16_REDUCTION = "torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction"
+
+
+def _sets_fp16_reduction(ctx, node: ast.AST) -> bool:
+    """``node`` is the target of an assignment to the cuBLAS fp16 reduction switch (ASC404's, not ASC403's)."""
+    return (isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store)
+            and ctx.qname(node) == FP16_REDUCTION)
+
+
+@rule(
+    "ASC404",
+    "fp16-reduced-reduction",
+    "`torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction` set in code",
+    safety=REPORT_ONLY,
+    hooks=("chain",),
+    tokens=("fp16_reduced_precision",),
+    doc="""
+    ## What it does
+    Lists assignments to `torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction`.
+
+    ## Why
+    The flag lets cuBLAS reduce float16 matrix products in reduced precision. It is a cuBLAS switch: on Ascend
+    the accumulation of float16 matmuls is chosen by CANN, and the flag is accepted and ignored, so the numerics
+    the script asked for (either way) are not the ones it gets.
+
+    ## Example
+    `torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False`
+
+    ## Use instead
+    Nothing sets it on Ascend: drop the line or guard it for CUDA, and where accuracy matters compare the float16
+    results against a float32 run on the NPU.
+
+    ## Fix safety
+    Report only: the line is harmless and kept.
+    """,
+    examples=[
+        Example("import torch\ntorch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False\n", None),
+        Example("import torch as th\nth.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = True\n", None),
+    ],
+)
+def fp16_reduced_reduction(ctx, node: ast.AST) -> None:
+    if not _sets_fp16_reduction(ctx, node) or not ctx.claim(node):
+        return
+    ctx.report(node, api=FP16_REDUCTION, severity=MANUAL, reason="cuBLAS-only switch: ignored on Ascend",
+               tip="drop it or guard it for CUDA; check float16 matmul accuracy against float32 on the NPU")
