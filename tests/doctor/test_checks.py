@@ -167,6 +167,15 @@ def test_no_npu_at_all_says_so_and_what_to_install(tmp_path):
     assert st["emulator"] == "ok"
 
 
+def test_launch_blocking_is_a_warning(tmp_path):
+    rep = check(good_host(tmp_path, env={"ASCEND_LAUNCH_BLOCKING": "1"}))
+    r = row(rep, "launch-blocking")
+    assert r["status"] == "warn" and "ASCEND_LAUNCH_BLOCKING=1" in r["found"]
+    assert "unset ASCEND_LAUNCH_BLOCKING" in r["fix"]
+    assert statuses(check(good_host(tmp_path / "b")))["launch-blocking"] == "ok"
+    assert statuses(check(good_host(tmp_path / "c", env={"ASCEND_LAUNCH_BLOCKING": "0"})))["launch-blocking"] == "ok"
+
+
 def test_only_and_unknown_ids(tmp_path):
     h = host(tmp_path, {}, dist_version=dists(torch="2.13.0"))
     rep = run_checks(h, device=False, only=["os", "python"])

@@ -489,6 +489,22 @@ def check_matrix(f: dict[str, Any]) -> CheckResult:
     return CheckResult(v["status"], v["found"], v["fix"], {"row": v["row"], "problems": v["problems"]})
 
 
+@check("launch-blocking", "Synchronous kernel launches (ASCEND_LAUNCH_BLOCKING)")
+def check_launch_blocking(f: dict[str, Any]) -> CheckResult:
+    """What: whether ``ASCEND_LAUNCH_BLOCKING=1`` is set.
+
+    Why: it makes every kernel launch on an NPU synchronous (the host waits for each operator), which locates the
+    operator behind an asynchronous error but slows training down: a setting for debugging only.
+
+    Fix: ``unset ASCEND_LAUNCH_BLOCKING`` (or set it to 0) outside a debugging session.
+    """
+    value = (f.get("env") or {}).get("ASCEND_LAUNCH_BLOCKING")
+    if (value or "").strip() == "1":
+        return CheckResult("warn", "ASCEND_LAUNCH_BLOCKING=1: every kernel launch waits for the NPU (debugging only)",
+                           "unset ASCEND_LAUNCH_BLOCKING (or set it to 0) unless you are debugging")
+    return CheckResult("ok", "kernel launches are asynchronous" + (f" (ASCEND_LAUNCH_BLOCKING={value})" if value else ""))
+
+
 @check("cuda", "NVIDIA GPUs")
 def check_cuda(f: dict[str, Any]) -> CheckResult:
     """What: NVIDIA GPUs ``nvidia-smi -L`` lists (the doctor can compare them with the NPU in device checks).

@@ -180,7 +180,7 @@ def _env(host: Host, facts: dict) -> dict[str, Any]:
     names += cann.facts()["cann_home_env"]["names"]
     names += ["LD_LIBRARY_PATH", "PYTHONPATH", "PATH", "ASCEND_RT_VISIBLE_DEVICES", "ASCEND_VISIBLE_DEVICES"]
     names += ["TORCH_DEVICE_BACKEND_AUTOLOAD", "ASCENDIFY_EMULATE", "ASCENDIFY_EMULATE_UNVERIFIED_TORCH"]
-    names += ["CUDA_VISIBLE_DEVICES", "PYTORCH_NPU_ALLOC_CONF", "HCCL_CONNECT_TIMEOUT"]
+    names += ["CUDA_VISIBLE_DEVICES", "PYTORCH_NPU_ALLOC_CONF", "HCCL_CONNECT_TIMEOUT", "ASCEND_LAUNCH_BLOCKING"]
     return {n: host.environ.get(n) for n in dict.fromkeys(names)}
 
 
