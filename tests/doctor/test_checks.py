@@ -191,3 +191,13 @@ def test_only_and_unknown_ids(tmp_path):
 def test_every_check_is_documented():
     for c in REGISTRY.values():
         assert c.title and "What:" in c.doc and "Why:" in c.doc and "Fix:" in c.doc, c.id
+
+
+def test_every_check_has_a_row_in_the_docs():
+    import re
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "doctor.md").read_text(encoding="utf-8")
+    rows = set(re.findall(r"^\| `([a-z0-9-]+)` \|", page, re.M))
+    missing = [c.id for c in REGISTRY.values() if c.id not in rows]
+    assert not missing, f"checks without a row in docs/doctor.md's table: {missing}"
