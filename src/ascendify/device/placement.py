@@ -217,13 +217,6 @@ def enable_emulated_npu(**settings) -> None:
         raise DeviceError(f"no real NPU here and the emulated NPU cannot start: {e}") from e
 
 
-def resolve_device(requested: str = "auto", *, backward: bool = False) -> tuple[str, bool]:
-    """``(device, emulated)`` of :func:`resolve` for purpose ``train`` (``backward``) or ``run``: the name
-    ``port/`` (benchjob, lockstep) still calls; remove it when port calls :func:`resolve`."""
-    r = resolve(requested, purpose="train" if backward else "run")
-    return r.device, r.emulated
-
-
 def _check_emulated_index(index: int, backward: bool) -> None:
     from ascendify.emulator import settings
 

@@ -68,7 +68,8 @@ def main(argv: list[str] | None = None) -> int:
     device, emulated = a.device, False
     if device.split(":")[0] not in ("cpu",):
         try:
-            device, emulated = placement.resolve_device(device, backward=True)
+            r = placement.resolve(device, purpose="train")
+            device, emulated = r.device, r.emulated
         except placement.DeviceError as e:
             print(f"bench: {e}", file=sys.stderr)
             return 3
@@ -90,11 +91,10 @@ def _load(a: argparse.Namespace, m: ModelSeen, device: str):
     from torch.utils._pytree import tree_map
 
     if is_factory(a.select):
-        from ascendify.precision import loading
+        from ascendify.workloads import factory
 
-        file, expr = a.select.split(".py:", 1)
         torch.manual_seed(0)
-        model = loading.build(f"{os.path.join(a.root or '.', file)}.py:{expr}")
+        model = factory.load_model(a.select, root=a.root or ".")
     else:
         with open(os.path.join(a.runs, a.side, m.file), "rb") as f:
             model = cloudpickle.load(f)

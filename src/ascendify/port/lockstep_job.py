@@ -69,19 +69,16 @@ def pick_from_runs(runs: str, select: str | None = None) -> tuple[str, str, str,
 def _build(spec: str, project: str | None, migrated: str | None) -> tuple[Any, Any]:
     """Both models from ``FILE.py:FACTORY(...)``: FILE in the project, then in the migrated copy, each built after
     the same seed (their weights are then checked like the captured ones)."""
-    import os
-
     import torch
 
-    from ascendify.precision import loading
+    from ascendify.workloads import factory
 
     if not (project and migrated):
         raise ValueError("--model FILE:FACTORY needs --project and --migrated")
-    file, expr = spec.split(".py:", 1)
     models = []
     for root in (project, migrated):
         torch.manual_seed(0)
-        models.append(loading.build(f"{os.path.join(root, file)}.py:{expr}"))
+        models.append(factory.load_model(spec, root=root))
     return models[0], models[1]
 
 
@@ -220,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if a.target_device.split(":")[0] == "npu":
         try:
-            a.target_device = placement.resolve_device(a.target_device)[0]
+            a.target_device = placement.resolve(a.target_device).device
         except placement.DeviceError as e:
             print(f"lockstep: {e}", file=sys.stderr)
             return 3

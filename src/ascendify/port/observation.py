@@ -31,7 +31,9 @@ def is_factory(selector: str | None) -> bool:
     >>> is_factory("models.py:GPT(n_layers=2)"), is_factory("netG"), is_factory(None)
     (True, False, False)
     """
-    return bool(selector) and ".py:" in selector
+    from ascendify.workloads import factory
+
+    return factory.is_spec(selector)
 
 
 class _Record:

@@ -193,39 +193,16 @@ def check_migrated_out(out: Path, project: Path, force: bool) -> bool:
 
 def check_factory(project: Path, spec: str) -> None:
     """``--model FILE.py:FACTORY(...)``: FILE is in the project, FACTORY's name is defined at its top level, and
-    importing FILE runs no program (a script without a ``__main__`` guard would start training when the model
-    is built). Raises :class:`PortError` saying which."""
-    import ast
+    importing FILE runs no program (:func:`ascendify.workloads.factory.precheck`). Raises :class:`PortError`
+    saying which."""
+    from ascendify.workloads import factory
 
-    file, expr = spec.split(".py:", 1)
-    path = project / f"{file}.py"
-    if not path.is_file():
-        raise PortError(f"--model {spec}: {file}.py is not in {project}")
-    name = expr.split("(", 1)[0].split(".", 1)[0].strip()
     try:
-        tree = ast.parse(path.read_text(encoding="utf-8", errors="replace"), str(path))
-    except SyntaxError as e:
-        raise PortError(f"--model {spec}: {file}.py does not parse ({e.msg}, line {e.lineno})") from None
-    defined: set[str] = set()
-    runs: list[int] = []
-    for node in tree.body:
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-            defined.add(node.name)
-        elif isinstance(node, ast.Import | ast.ImportFrom):
-            defined.update((a.asname or a.name).split(".")[0] for a in node.names)
-        elif isinstance(node, ast.Assign | ast.AnnAssign):
-            for t in node.targets if isinstance(node, ast.Assign) else [node.target]:
-                defined.update(n.id for n in ast.walk(t) if isinstance(n, ast.Name))
-        elif isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
-            continue  # a docstring
-        elif not isinstance(node, ast.If):
-            runs.append(node.lineno)
-    if name not in defined:
-        raise PortError(f"--model {spec}: {file}.py defines no {name!r} at its top level")
-    if runs:
-        raise PortError(f"--model {spec}: importing {file}.py runs the program (top-level code at line "
-                        f"{runs[0]}, no `if __name__ == '__main__':` guard), so the model cannot be built from it; "
-                        "name a discovered model instead (--model NAME or CLASS)")
+        factory.precheck(spec, root=project)
+    except factory.FactoryError as e:
+        hint = ("; name a discovered model instead (--model NAME or CLASS)" if "runs the program" in str(e) else "")
+        raise PortError(f"--model {e}{hint}") from None
+
 
 def split_assignments(command: list[str]) -> tuple[dict[str, str], list[str]]:
     """The ``NAME=VALUE`` words a shell command begins with (the environment of both runs), and the rest.

@@ -20,12 +20,6 @@ from ascendify.workloads import batchspec, factory
 SpecError = batchspec.SpecError  # a malformed or missing command-line spec: a usage error, not bad input
 
 
-def build(spec: str):
-    """The ``nn.Module`` that ``FILE:FACTORY`` makes: :func:`ascendify.workloads.factory.load_model`, kept while
-    ``port/`` (benchjob, lockstep) still calls it by this name."""
-    return factory.load_model(spec)
-
-
 def inputs(spec: str | None, model=None, seed: int = 0) -> tuple:
     """The positional inputs for ``model`` (see :func:`batch`); a spec with keyword inputs is refused here."""
     args, kwargs = batch(spec, model, seed)
