@@ -496,3 +496,41 @@ def test_lazy_modules_are_dumped_with_their_parameters(tmp_path):
     grads = by["Module.0.LazyLinear.backward.0"].grads
     assert grads["weight"].max == pytest.approx(m[0].weight.grad.max().item())
     assert by["Functional.linear.0.forward"].outputs[0].shape == (2, 3)
+
+
+
+class _PublicOnly:
+    """A dumper seen only through its public surface (any private attribute read raises), writing under ``root``."""
+
+    def __init__(self, dumper, root):
+        self._d, self.root = dumper, root
+
+    def __getattr__(self, name):
+        if name.startswith("_"):
+            raise AttributeError(f"the writer read the dumper's private {name}")
+        return getattr(self.__dict__["_d"], name)
+
+
+@pytest.mark.parametrize("mode", ["stats", "tensors", "checksum"])
+def test_the_writer_reads_the_dumper_only_through_its_public_surface(tmp_path, monkeypatch, mode):
+    from ascendify.precision import msprobe_io
+
+    real = msprobe_io.write_step
+
+    def writes(dumper, recs, rows):
+        real(_PublicOnly(dumper, tmp_path / "public"), recs, rows)
+        return real(dumper, recs, rows)
+
+    monkeypatch.setattr(msprobe_io, "write_step", writes)
+    model = _model()
+    with dump(model, tmp_path / "dump", mode=mode):
+        model(torch.randn(3, 4)).sum().backward()
+    docs = [json.loads((tmp_path / d / "step0/rank0/dump.json").read_text()) for d in ("dump", "public")]
+    for doc in docs:
+        doc.pop("dump_data_dir")
+    assert docs[0] == docs[1]  # the same step, written through the public surface alone
+    out = docs[1]["data"]["Functional.gelu.0.forward"]["output"][0]
+    if mode == "tensors":
+        assert (tmp_path / "public/step0/rank0/dump_tensor_data" / out["data_name"]).is_file()
+    if mode == "checksum":
+        assert len(out["md5"]) == 32

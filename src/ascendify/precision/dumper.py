@@ -435,12 +435,31 @@ class _ApiMode(TorchFunctionMode):
 class Dumper:
     """Records nodes; see the module docstring. Use :func:`dump` to build one."""
 
-    # the writer (msprobe_io.write_step) calls these on the dumper it is given: it does not import this module
+    # -- what the writer (msprobe_io.write_step) reads of the step it is given: it does not import this module,
+    # and reads nothing else of the dumper than these and the settings (root, level, mode, scope, step_index)
+
     def check_disk(self, root: Path, nbytes: int) -> None:
         check_disk(root, nbytes)
 
     def source_text(self, src: tuple[str, int, str] | None) -> tuple[str | None, str | None]:
         return source_text(src)
+
+    @property
+    def rank(self) -> int:
+        """The rank this dump records (torch.distributed's, else ``$RANK``, else 0; read at ``start``)."""
+        return self._rank
+
+    def tensor_bytes(self) -> int:
+        """Bytes of tensor data seen so far in this step (tensor mode)."""
+        return self._bytes
+
+    def kept_tensor(self, idx: int) -> torch.Tensor | None:
+        """Tensor mode: the copy kept of statistics row ``idx``'s tensor in this step, or None."""
+        return self._tensors.get(idx)
+
+    def checksum(self, idx: int) -> str | None:
+        """Checksum mode: the MD5 of statistics row ``idx``'s tensor in this step, or None."""
+        return self._md5.get(idx)
 
     def __init__(
         self,
@@ -1101,9 +1120,6 @@ class Dumper:
         self.written.append(folder)
         self.written_info.append({"folder": folder, "step": self.step_index, "rank": self._rank, "nodes": len(recs)})
 
-    def tensor_bytes(self) -> int:
-        """Bytes of tensor data seen so far in this step (tensor mode)."""
-        return self._bytes
 
 
 def _memory_key(t: torch.Tensor, ver: int | None) -> tuple | None:

@@ -88,7 +88,7 @@ def write_step(dumper, recs, rows) -> Path:
     """Write one recorded step of ``dumper`` (``Dumper``); returns the rank folder. A write that fails (a full
     disk) removes what it wrote of the step, so no rank folder is left without its ``dump.json``, and raises
     :class:`DumpWriteError`."""
-    folder = Path(dumper.root) / f"step{dumper.step_index}" / f"rank{dumper._rank}"
+    folder = Path(dumper.root) / f"step{dumper.step_index}" / f"rank{dumper.rank}"
     try:
         return _write_step(dumper, recs, rows, folder)
     except OSError as e:
@@ -110,7 +110,7 @@ def _write_step(dumper, recs, rows, folder: Path) -> Path:
 
     data_dir = folder / "dump_tensor_data"
     if dumper.mode == "tensors":
-        dumper.check_disk(Path(dumper.root), dumper._bytes)
+        dumper.check_disk(Path(dumper.root), dumper.tensor_bytes())
     saved: dict[int, str] = {}
 
     summaries: dict[Any, tuple] = {}  # statistics index -> the JSON values of its row (a tensor is in many entries)
@@ -158,20 +158,22 @@ def _write_step(dumper, recs, rows, folder: Path) -> Path:
             "Norm": norm,
             "requires_grad": meta[2],
         }
-        if dumper.mode == "tensors" and idx in dumper._tensors:
+        kept = dumper.kept_tensor(idx) if dumper.mode == "tensors" else None
+        if kept is not None:
             # one file per entry, named as msprobe names it (its compare shows file names); a tensor seen under
             # several names is written once and hard-linked
             fname = f"{node_name}.{role}.pt"
             if idx not in saved:
                 buf = io.BytesIO()
-                torch.save(dumper._tensors[idx].contiguous(), buf)
+                torch.save(kept.contiguous(), buf)
                 _write_plain(data_dir / fname, buf.getvalue())
                 saved[idx] = fname
             elif fname != saved[idx]:
                 _link(data_dir / saved[idx], data_dir / fname)
             e["data_name"] = fname
-        if dumper.mode == "checksum" and idx in dumper._md5:
-            e["md5"] = dumper._md5[idx]
+        md5 = dumper.checksum(idx) if dumper.mode == "checksum" else None
+        if md5 is not None:
+            e["md5"] = md5
         e["fingerprint"] = fp
         e["nan_count"] = nans
         e["inf_count"] = infs
@@ -285,7 +287,7 @@ def _write_step(dumper, recs, rows, folder: Path) -> Path:
             "level": dumper.level,
             "mode": dumper.mode,
             "step": dumper.step_index,
-            "rank": dumper._rank,
+            "rank": dumper.rank,
             "torch": _t.__version__,
             "devices": sorted({r[1][3] for rec in recs for r in rec.outputs if not isinstance(r[1], ScalarArg)}),
             "scope": list(dumper.scope),
