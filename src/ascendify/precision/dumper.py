@@ -50,6 +50,8 @@ from torch.overrides import TorchFunctionMode
 
 from ascendify.precision.model import LEVELS, MODES, DumpError, ScalarArg
 from ascendify.precision.stats import StatTable
+from ascendify.program import frames
+from ascendify.program.frames import user_frame
 
 DEFAULT_MAX_BYTES = 1 << 30  # tensor mode refuses a step that needs more than this (1 GiB) unless raised
 
@@ -95,11 +97,9 @@ def _keeps_deferred() -> frozenset:
 
 _KEEPS_DEFERRED = _keeps_deferred()
 
-_internal_dirs = tuple(
-    os.path.dirname(m.__file__) + os.sep
-    for m in (torch, sys.modules["ascendify"], contextlib)
-    if getattr(m, "__file__", None)
-)
+# The frame a recorded call is attributed to: the first outside torch, ascendify, generated code and the standard
+# library (contextlib's wrappers), and outside msprobe (its hooks when both dump)
+_CALLER = frames.passing(prefixes=(os.path.dirname(contextlib.__file__) + os.sep,), contains=("/msprobe/",))
 
 # The emulated npu's kernels and tensor plumbing: Python code that runs *below* the torch-function layer (called by
 # the dispatcher, e.g. for a storage copy in torch.save), whose own torch calls (``is_conj``, ``copy_``, ``empty``)
@@ -165,16 +165,7 @@ def _plain(s: slice) -> bool:
     return all(x is None or isinstance(x, int) for x in (s.start, s.stop, s.step))
 
 
-_internal_cache: dict[str, bool] = {}
 _display_cache: dict[str, str] = {}
-
-
-def _is_internal(filename: str) -> bool:
-    v = _internal_cache.get(filename)
-    if v is None:
-        v = filename.startswith(_internal_dirs) or filename.startswith("<") or "/msprobe/" in filename
-        _internal_cache[filename] = v
-    return v
 
 
 _kernel_cache: dict[str, bool] = {}
@@ -187,17 +178,6 @@ def _from_emulator_kernel(depth: int = 2) -> bool:
     if v is None:
         v = _kernel_cache[fn] = fn.startswith(_EMULATOR_KERNEL_CODE)
     return v
-
-
-def _source(depth: int = 2) -> tuple[str, int, str] | None:
-    """(file, line, function) of the first frame outside torch, ascendify and contextlib."""
-    f = sys._getframe(depth)
-    while f is not None:
-        code = f.f_code
-        if not _is_internal(code.co_filename):
-            return (code.co_filename, f.f_lineno, code.co_name)
-        f = f.f_back
-    return None
 
 
 def _display(filename: str) -> str:
@@ -885,8 +865,10 @@ class Dumper:
                 parent = entry[2].name
                 break
         rec = _Rec(name, kind, "forward", n, len(self._recs), module_path, api, class_name, parent, base)
-        src = _source(3)
-        rec.source = src
+        f = user_frame(2, _CALLER)  # from the frame that called the dumper's hook or mode
+        if f is not None:
+            code = f.f_code
+            rec.source = (code.co_filename, f.f_lineno, code.co_name)
         self._recs.append(rec)
         return rec
 
