@@ -534,3 +534,23 @@ def test_the_writer_reads_the_dumper_only_through_its_public_surface(tmp_path, m
         assert (tmp_path / "public/step0/rank0/dump_tensor_data" / out["data_name"]).is_file()
     if mode == "checksum":
         assert len(out["md5"]) == 32
+
+
+def test_the_young_generation_collects_less_often_while_a_dump_runs(tmp_path):
+    """A step's records are freed at flush: the dump raises gc's first threshold meanwhile (no collection every 700
+    allocations walking the step's tensors) and gives the program's own back at stop."""
+    saved = gc.get_threshold()
+    try:
+        gc.set_threshold(700, 7, 9)
+        model = _model()
+        with dump(model, tmp_path / "d"):
+            inside = gc.get_threshold()
+            model(torch.randn(3, 4))
+        assert inside[0] >= 10_000 and inside[1:] == (7, 9)
+        assert gc.get_threshold() == (700, 7, 9)
+        gc.set_threshold(0, 7, 9)  # collection turned off by the program: left off
+        with dump(model, tmp_path / "d2"):
+            assert gc.get_threshold()[0] == 0
+        assert gc.get_threshold() == (0, 7, 9)
+    finally:
+        gc.set_threshold(*saved)
