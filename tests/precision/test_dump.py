@@ -496,3 +496,61 @@ def test_lazy_modules_are_dumped_with_their_parameters(tmp_path):
     grads = by["Module.0.LazyLinear.backward.0"].grads
     assert grads["weight"].max == pytest.approx(m[0].weight.grad.max().item())
     assert by["Functional.linear.0.forward"].outputs[0].shape == (2, 3)
+
+
+
+class _PublicOnly:
+    """A dumper seen only through its public surface (any private attribute read raises), writing under ``root``."""
+
+    def __init__(self, dumper, root):
+        self._d, self.root = dumper, root
+
+    def __getattr__(self, name):
+        if name.startswith("_"):
+            raise AttributeError(f"the writer read the dumper's private {name}")
+        return getattr(self.__dict__["_d"], name)
+
+
+@pytest.mark.parametrize("mode", ["stats", "tensors", "checksum"])
+def test_the_writer_reads_the_dumper_only_through_its_public_surface(tmp_path, monkeypatch, mode):
+    from ascendify.precision import msprobe_io
+
+    real = msprobe_io.write_step
+
+    def writes(dumper, recs, rows):
+        real(_PublicOnly(dumper, tmp_path / "public"), recs, rows)
+        return real(dumper, recs, rows)
+
+    monkeypatch.setattr(msprobe_io, "write_step", writes)
+    model = _model()
+    with dump(model, tmp_path / "dump", mode=mode):
+        model(torch.randn(3, 4)).sum().backward()
+    docs = [json.loads((tmp_path / d / "step0/rank0/dump.json").read_text()) for d in ("dump", "public")]
+    for doc in docs:
+        doc.pop("dump_data_dir")
+    assert docs[0] == docs[1]  # the same step, written through the public surface alone
+    out = docs[1]["data"]["Functional.gelu.0.forward"]["output"][0]
+    if mode == "tensors":
+        assert (tmp_path / "public/step0/rank0/dump_tensor_data" / out["data_name"]).is_file()
+    if mode == "checksum":
+        assert len(out["md5"]) == 32
+
+
+def test_the_young_generation_collects_less_often_while_a_dump_runs(tmp_path):
+    """A step's records are freed at flush: the dump raises gc's first threshold meanwhile (no collection every 700
+    allocations walking the step's tensors) and gives the program's own back at stop."""
+    saved = gc.get_threshold()
+    try:
+        gc.set_threshold(700, 7, 9)
+        model = _model()
+        with dump(model, tmp_path / "d"):
+            inside = gc.get_threshold()
+            model(torch.randn(3, 4))
+        assert inside[0] >= 10_000 and inside[1:] == (7, 9)
+        assert gc.get_threshold() == (700, 7, 9)
+        gc.set_threshold(0, 7, 9)  # collection turned off by the program: left off
+        with dump(model, tmp_path / "d2"):
+            assert gc.get_threshold()[0] == 0
+        assert gc.get_threshold() == (0, 7, 9)
+    finally:
+        gc.set_threshold(*saved)

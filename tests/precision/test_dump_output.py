@@ -89,11 +89,11 @@ def test_an_earlier_dump_without_the_marker_is_recognised(work):
 def test_a_full_disk_stops_the_dump_with_status_4_and_no_partial_step(work, monkeypatch, capsys):
     real = msprobe_io._write_plain
 
-    def full_at_step1(path, data):
+    def full_at_step1(path, data, *fresh):
         if "step1" in str(path):
-            real(path, data[: len(data) // 2])  # a part went out before the disk filled up
+            real(path, data[: len(data) // 2], *fresh)  # a part went out before the disk filled up
             raise OSError(errno.ENOSPC, "No space left on device", str(path))
-        real(path, data)
+        real(path, data, *fresh)
 
     monkeypatch.setattr(msprobe_io, "_write_plain", full_at_step1)
     assert main(["dump", "-q", "-o", "out", "train.py"]) == 4

@@ -1,4 +1,4 @@
-"""Adversarial checks of the one-call statistics table (stats.StatTable, the fused_stats kernel), the dumper's reuse
+"""Adversarial checks of the one-call statistics table (stats.StatTable, the stats_kernel kernel), the dumper's reuse
 of statistics for views, and the step writer (orjson, shared entries, non-finite scalars), against float64
 references computed here with torch."""
 

@@ -67,7 +67,6 @@ def test_no_second_walker_to_the_users_frame():
         "emulator/ops/fidelity.py",  # counts the levels up to the frame user_frame found (a warning's stacklevel)
         "advise/trace.py",  # one pass per op that also reads the fused op and the library on the way
         "port/seen.py",  # names the variable that holds a model (the locals of three frames up), spots torch.compile
-        "precision/dumper.py",  # its per-call path is being optimised: it calls user_frame when rewired
     }
     found = {str(p.relative_to(SRC)).replace(os.sep, "/") for p in SRC.rglob("*.py")
              if re.search(r"\bf_back\b", p.read_text(encoding="utf-8"))}

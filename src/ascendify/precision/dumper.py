@@ -50,7 +50,10 @@ from torch.overrides import TorchFunctionMode
 
 from ascendify.precision.model import LEVELS, MODES, DumpError, ScalarArg
 from ascendify.precision.stats import StatTable
+from ascendify.program import frames
+from ascendify.program.frames import user_frame
 
+_GC_YOUNG = 20_000  # the young generation's collection threshold while a dump runs (Dumper.start)
 DEFAULT_MAX_BYTES = 1 << 30  # tensor mode refuses a step that needs more than this (1 GiB) unless raised
 
 # Tensor methods that read metadata or control autograd: never a node.
@@ -95,11 +98,9 @@ def _keeps_deferred() -> frozenset:
 
 _KEEPS_DEFERRED = _keeps_deferred()
 
-_internal_dirs = tuple(
-    os.path.dirname(m.__file__) + os.sep
-    for m in (torch, sys.modules["ascendify"], contextlib)
-    if getattr(m, "__file__", None)
-)
+# The frame a recorded call is attributed to: the first outside torch, ascendify, generated code and the standard
+# library (contextlib's wrappers), and outside msprobe (its hooks when both dump)
+_CALLER = frames.passing(prefixes=(os.path.dirname(contextlib.__file__) + os.sep,), contains=("/msprobe/",))
 
 # The emulated npu's kernels and tensor plumbing: Python code that runs *below* the torch-function layer (called by
 # the dispatcher, e.g. for a storage copy in torch.save), whose own torch calls (``is_conj``, ``copy_``, ``empty``)
@@ -165,16 +166,7 @@ def _plain(s: slice) -> bool:
     return all(x is None or isinstance(x, int) for x in (s.start, s.stop, s.step))
 
 
-_internal_cache: dict[str, bool] = {}
 _display_cache: dict[str, str] = {}
-
-
-def _is_internal(filename: str) -> bool:
-    v = _internal_cache.get(filename)
-    if v is None:
-        v = filename.startswith(_internal_dirs) or filename.startswith("<") or "/msprobe/" in filename
-        _internal_cache[filename] = v
-    return v
 
 
 _kernel_cache: dict[str, bool] = {}
@@ -187,17 +179,6 @@ def _from_emulator_kernel(depth: int = 2) -> bool:
     if v is None:
         v = _kernel_cache[fn] = fn.startswith(_EMULATOR_KERNEL_CODE)
     return v
-
-
-def _source(depth: int = 2) -> tuple[str, int, str] | None:
-    """(file, line, function) of the first frame outside torch, ascendify and contextlib."""
-    f = sys._getframe(depth)
-    while f is not None:
-        code = f.f_code
-        if not _is_internal(code.co_filename):
-            return (code.co_filename, f.f_lineno, code.co_name)
-        f = f.f_back
-    return None
 
 
 def _display(filename: str) -> str:
@@ -435,12 +416,31 @@ class _ApiMode(TorchFunctionMode):
 class Dumper:
     """Records nodes; see the module docstring. Use :func:`dump` to build one."""
 
-    # the writer (msprobe_io.write_step) calls these on the dumper it is given: it does not import this module
+    # -- what the writer (msprobe_io.write_step) reads of the step it is given: it does not import this module,
+    # and reads nothing else of the dumper than these and the settings (root, level, mode, scope, step_index)
+
     def check_disk(self, root: Path, nbytes: int) -> None:
         check_disk(root, nbytes)
 
     def source_text(self, src: tuple[str, int, str] | None) -> tuple[str | None, str | None]:
         return source_text(src)
+
+    @property
+    def rank(self) -> int:
+        """The rank this dump records (torch.distributed's, else ``$RANK``, else 0; read at ``start``)."""
+        return self._rank
+
+    def tensor_bytes(self) -> int:
+        """Bytes of tensor data seen so far in this step (tensor mode)."""
+        return self._bytes
+
+    def kept_tensor(self, idx: int) -> torch.Tensor | None:
+        """Tensor mode: the copy kept of statistics row ``idx``'s tensor in this step, or None."""
+        return self._tensors.get(idx)
+
+    def checksum(self, idx: int) -> str | None:
+        """Checksum mode: the MD5 of statistics row ``idx``'s tensor in this step, or None."""
+        return self._md5.get(idx)
 
     def __init__(
         self,
@@ -491,6 +491,7 @@ class Dumper:
         self._mode: _ApiMode | None = None
         self._started = False
         self._froze = False
+        self._gc_threshold: tuple[int, ...] | None = None
         self._rank = current_rank()
         self._busy = False
         self._in_optimizer = 0
@@ -537,6 +538,13 @@ class Dumper:
         self._froze = gc.get_freeze_count() == 0
         if self._froze:
             gc.freeze()
+        # A step's records (~30 tracked objects a recorded call, freed at flush) also set off a young-generation
+        # collection every 700 allocations, each walking the tensors made since (~0.3 ms apiece here: 0.1-0.6 ms
+        # of a 69-call step). A higher first threshold while the dump runs lets a step's records come and go
+        # between collections; the program's cyclic garbage is still collected, less often. stop() restores it.
+        self._gc_threshold = gc.get_threshold()
+        if 0 < self._gc_threshold[0] < _GC_YOUNG:
+            gc.set_threshold(_GC_YOUNG, *self._gc_threshold[1:])
         if self.model is not None:
             self._register_paths(self.model, "")
             for m in self.model.modules():
@@ -592,6 +600,9 @@ class Dumper:
             if self._froze:
                 gc.unfreeze()
                 self._froze = False
+            if self._gc_threshold is not None and gc.get_threshold()[0] == _GC_YOUNG:  # not changed meanwhile
+                gc.set_threshold(*self._gc_threshold)
+            self._gc_threshold = None
         return self.written
 
     def step(self) -> None:
@@ -866,8 +877,10 @@ class Dumper:
                 parent = entry[2].name
                 break
         rec = _Rec(name, kind, "forward", n, len(self._recs), module_path, api, class_name, parent, base)
-        src = _source(3)
-        rec.source = src
+        f = user_frame(2, _CALLER)  # from the frame that called the dumper's hook or mode
+        if f is not None:
+            code = f.f_code
+            rec.source = (code.co_filename, f.f_lineno, code.co_name)
         self._recs.append(rec)
         return rec
 
@@ -1101,9 +1114,6 @@ class Dumper:
         self.written.append(folder)
         self.written_info.append({"folder": folder, "step": self.step_index, "rank": self._rank, "nodes": len(recs)})
 
-    def tensor_bytes(self) -> int:
-        """Bytes of tensor data seen so far in this step (tensor mode)."""
-        return self._bytes
 
 
 def _memory_key(t: torch.Tensor, ver: int | None) -> tuple | None:

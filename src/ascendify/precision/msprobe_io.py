@@ -88,7 +88,7 @@ def write_step(dumper, recs, rows) -> Path:
     """Write one recorded step of ``dumper`` (``Dumper``); returns the rank folder. A write that fails (a full
     disk) removes what it wrote of the step, so no rank folder is left without its ``dump.json``, and raises
     :class:`DumpWriteError`."""
-    folder = Path(dumper.root) / f"step{dumper.step_index}" / f"rank{dumper._rank}"
+    folder = Path(dumper.root) / f"step{dumper.step_index}" / f"rank{dumper.rank}"
     try:
         return _write_step(dumper, recs, rows, folder)
     except OSError as e:
@@ -108,9 +108,10 @@ def write_step(dumper, recs, rows) -> Path:
 def _write_step(dumper, recs, rows, folder: Path) -> Path:
     import torch
 
+    fresh = not folder.is_dir()  # no earlier files of this step to remove first (_write_plain)
     data_dir = folder / "dump_tensor_data"
     if dumper.mode == "tensors":
-        dumper.check_disk(Path(dumper.root), dumper._bytes)
+        dumper.check_disk(Path(dumper.root), dumper.tensor_bytes())
     saved: dict[int, str] = {}
 
     summaries: dict[Any, tuple] = {}  # statistics index -> the JSON values of its row (a tensor is in many entries)
@@ -158,20 +159,22 @@ def _write_step(dumper, recs, rows, folder: Path) -> Path:
             "Norm": norm,
             "requires_grad": meta[2],
         }
-        if dumper.mode == "tensors" and idx in dumper._tensors:
+        kept = dumper.kept_tensor(idx) if dumper.mode == "tensors" else None
+        if kept is not None:
             # one file per entry, named as msprobe names it (its compare shows file names); a tensor seen under
             # several names is written once and hard-linked
             fname = f"{node_name}.{role}.pt"
             if idx not in saved:
                 buf = io.BytesIO()
-                torch.save(dumper._tensors[idx].contiguous(), buf)
-                _write_plain(data_dir / fname, buf.getvalue())
+                torch.save(kept.contiguous(), buf)
+                _write_plain(data_dir / fname, buf.getvalue(), fresh)
                 saved[idx] = fname
             elif fname != saved[idx]:
                 _link(data_dir / saved[idx], data_dir / fname)
             e["data_name"] = fname
-        if dumper.mode == "checksum" and idx in dumper._md5:
-            e["md5"] = dumper._md5[idx]
+        md5 = dumper.checksum(idx) if dumper.mode == "checksum" else None
+        if md5 is not None:
+            e["md5"] = md5
         e["fingerprint"] = fp
         e["nan_count"] = nans
         e["inf_count"] = infs
@@ -202,6 +205,22 @@ def _write_step(dumper, recs, rows, folder: Path) -> Path:
             e = shared[key] = _tensor_entry("", "", meta, item[2])
         return e
 
+    def flat_entries(items: list) -> list:
+        """``_nest(items, shared_entry)`` for the common list: keys "0", "1", ... in order, tensors already
+        entered (a tensor is named by several calls), each looked up once."""
+        out = []
+        for it in items:
+            meta = it[1]
+            if type(meta) is ScalarArg:
+                out.append(value_entry("", "", it))
+                continue
+            key = (it[2], meta)
+            e = shared.get(key)
+            if e is None:
+                e = shared[key] = _tensor_entry("", "", meta, it[2])
+            out.append(e)
+        return out
+
     data: dict[str, Any] = {}
     construct: dict[str, str | None] = {}
     stacks: dict[str, list[str]] = {}
@@ -218,9 +237,11 @@ def _write_step(dumper, recs, rows, folder: Path) -> Path:
             and (not outs or (len(outs) == 1 and outs[0][0] == "0"))
         ):  # fmt: skip
             # most calls: no keyword arguments (the dumper records them after the positional ones), one output
-            entry["input_args"] = _nest(rec.args, shared_entry)
+            args = rec.args
+            flat = len(args) < len(_FLAT_LISTS) and [it[0] for it in args] == _FLAT_LISTS[len(args)]
+            entry["input_args"] = flat_entries(args) if flat else _nest(args, shared_entry)
             entry["input_kwargs"] = {}
-            entry["output"] = [shared_entry(outs[0])] if outs else []
+            entry["output"] = flat_entries(outs)
             if rec.kind == "module":
                 entry["parameters"] = {p: shared_entry((p, meta, idx)) for p, (meta, idx) in rec.params.items()}
         elif rec.direction == "forward":
@@ -285,7 +306,7 @@ def _write_step(dumper, recs, rows, folder: Path) -> Path:
             "level": dumper.level,
             "mode": dumper.mode,
             "step": dumper.step_index,
-            "rank": dumper._rank,
+            "rank": dumper.rank,
             "torch": _t.__version__,
             "devices": sorted({r[1][3] for rec in recs for r in rec.outputs if not isinstance(r[1], ScalarArg)}),
             "scope": list(dumper.scope),
@@ -294,8 +315,8 @@ def _write_step(dumper, recs, rows, folder: Path) -> Path:
     stack_doc = {str(i): [names, [line]] for i, (line, names) in enumerate(stacks.items())}
     # dump.json last and atomically: a step folder without it is an interrupted step (the loader says so), and
     # the files written before it are only read through it
-    _write_plain(folder / "stack.json", _dumps(stack_doc))
-    _write_plain(folder / "construct.json", _dumps(construct))
+    _write_plain(folder / "stack.json", _dumps(stack_doc), fresh)
+    _write_plain(folder / "construct.json", _dumps(construct), fresh)
     write_atomic(folder / "dump.json", _dumps(doc), mode=0o644, durable=False)
     return folder
 
@@ -398,9 +419,11 @@ def _mark(root: Path, who: str, program: str, **info: Any) -> None:
     fileio.write_marker(root, DUMP_MARKER, who, program=program, time=time.strftime("%Y-%m-%d %H:%M:%S"), **info)
 
 
-def _write_plain(path: Path, data: bytes | str) -> None:
+def _write_plain(path: Path, data: bytes | str, fresh: bool = False) -> None:
+    """Write ``path`` in a step folder. ``fresh``: the folder was made by this write of the step (nothing of an
+    earlier dump in it to remove first)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    for old in (path.parent / "dump.json", path):
+    for old in () if fresh else (path.parent / "dump.json", path):
         # rewriting a step: it stays "interrupted" until the new dump.json lands. The file itself is removed
         # first too: ext4 flushes a truncated file's new data at close (auto_da_alloc), ~0.5 ms a file
         try:
@@ -421,6 +444,7 @@ def _link(src: Path, dst: Path) -> None:
 
 
 _FLAT_KEYS = tuple(str(i) for i in range(64))
+_FLAT_LISTS = [list(_FLAT_KEYS[:n]) for n in range(len(_FLAT_KEYS) + 1)]  # [], ["0"], ... ["0", ..., "63"]
 
 
 def _is_positional(key: str) -> bool:

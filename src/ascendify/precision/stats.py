@@ -8,7 +8,7 @@ One statistics vector per tensor, 14 float32 numbers::
 step (``rows()``); ``to_tensor_stats`` turns one row into a ``model.TensorStats``. ``stat_vector(t)`` and
 ``view_vector`` are the one-tensor forms. The fingerprint is defined in ``precision.model``.
 
-Cost: on the CPU (and the emulated npu, whose tensors are host memory) **one call** of a C kernel (``fused_stats``)
+Cost: on the CPU (and the emulated npu, whose tensors are host memory) **one call** of a C kernel (``stats_kernel``)
 per tensor writes its whole row into the table's float32 memory: one pass over the data in memory order (any
 strides: slices, transposes, broadcasts) for min, max, sum, norm and the NaN/Inf counts, then the fingerprint's
 gather of at most ``FINGERPRINT_SAMPLES`` logical positions. No torch operation runs, and the Python around the call
@@ -111,29 +111,29 @@ def _summarisable(t: torch.Tensor) -> bool:
 
 _STRIDED = torch.strided
 _KERNEL_NAMES = {torch.float32: "vec_f32", torch.bfloat16: "vec_bf16", torch.float16: "vec_f16"}
-_fused_fns: dict | None = None  # dtype -> the C function (``fused_stats``); {} where there is none
-_KINDS = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}  # the kernels' numbers in ``fused_stats.ext().fill``
-_fx = None  # fused_stats.ext(): the kernels without ctypes' cost per call, where Python's headers are installed
+_kernel_fns: dict | None = None  # dtype -> the C function (``stats_kernel``); {} where there is none
+_KINDS = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}  # the kernels' numbers in ``stats_kernel.ext().fill``
+_fx = None  # stats_kernel.ext(): the kernels without ctypes' cost per call, where Python's headers are installed
 _pu1: str | None = None
 _ROW = STAT_LEN * ctypes.sizeof(ctypes.c_float)
 _DEFER_MIN = 1 << 16  # elements: a smaller tensor is cheap to read twice (it is still in cache)
-_MAXDIM = 16  # fused_stats.MAXDIM
+_MAXDIM = 16  # stats_kernel.MAXDIM
 
 
 def _kernel(dtype: torch.dtype):
-    global _fused_fns, _fx
-    if _fused_fns is None:
-        from ascendify.precision import fused_stats
+    global _kernel_fns, _fx
+    if _kernel_fns is None:
+        from ascendify.precision import stats_kernel
 
-        lib = fused_stats.kernel()
-        _fx = fused_stats.ext()
-        _fused_fns = {}
+        lib = stats_kernel.kernel()
+        _fx = stats_kernel.ext()
+        _kernel_fns = {}
         if lib is not None:
             for dt, name in _KERNEL_NAMES.items():
                 fn = getattr(lib, name, None)
                 if fn is not None:
-                    _fused_fns[dt] = fn
-    return _fused_fns.get(dtype)
+                    _kernel_fns[dt] = fn
+    return _kernel_fns.get(dtype)
 
 
 def _host_memory(t: torch.Tensor) -> bool:
@@ -186,9 +186,9 @@ def _offsets(shape, stride, pos: int | None, k: int) -> int:
 
 
 def _offsets_fn():
-    from ascendify.precision import fused_stats
+    from ascendify.precision import stats_kernel
 
-    return fused_stats.kernel().offsets
+    return stats_kernel.kernel().offsets
 
 
 class StatTable:
@@ -230,7 +230,7 @@ class StatTable:
         return i not in self._none
 
     def _fast(self, t: torch.Tensor, i: int, head: int | None) -> bool:
-        fn = _fused_fns.get(t.dtype) if _fused_fns is not None else _kernel(t.dtype)
+        fn = _kernel_fns.get(t.dtype) if _kernel_fns is not None else _kernel(t.dtype)
         if fn is None:
             if t.dtype in _HALF or not _host_memory(t):
                 return False  # float64: torch reduces it in float64

@@ -8,7 +8,7 @@ elements), and also counts NaN and Inf, which the torch path only counts when th
 
 It is compiled on first use with the system's C compiler (``$CC``, else ``cc``/``gcc``, ``-O3 -march=native``) into
 ``$ASCENDIFY_CACHE`` (default ``~/.cache/ascendify``), keyed by the source and the CPU's flags, and loaded with
-``ctypes``. Where there is no compiler, the build fails, or ``ASCENDIFY_FUSED_STATS=0``, :func:`kernel` returns None
+``ctypes``. Where there is no compiler, the build fails, or ``ASCENDIFY_STATS_KERNEL=0``, :func:`kernel` returns None
 and ``stat_vector`` uses the torch path: the results agree within float32 rounding of the sums (the kernel's are
 closer to exact: double across blocks).
 
@@ -17,11 +17,11 @@ Covered: float32, bfloat16 and float16 tensors in host memory, of any strides (u
 sums 64 samples at a time in float32 vectors, then in double, gathering a strided view's samples at offsets computed
 once per layout (``offsets``).
 
-Where Python's headers are installed the same library is also built as the Python module ``ascendify_fused_stats``
+Where Python's headers are installed the same library is also built as the Python module ``ascendify_stats_kernel``
 (:func:`ext`): its ``fill`` calls a kernel for about 0.2 us where ctypes' conversion of the ten arguments cost
 several (a dump's fixed cost per tensor: ``benchmarks/dump_overhead.py``'s short configuration).
-``ASCENDIFY_FUSED_STATS_EXT=0``, or no headers, leaves ctypes alone: the same numbers
-(``tests/precision/test_fused_stats.py``).
+``ASCENDIFY_STATS_KERNEL_EXT=0``, or no headers, leaves ctypes alone: the same numbers
+(``tests/precision/test_stats_kernel.py``).
 """
 
 from __future__ import annotations
@@ -211,7 +211,7 @@ VEC(vec_f16, run_f16, _Float16, HF)
 #endif
 
 #ifdef WITH_PYTHON
-/* The same kernels as the Python module ``ascendify_fused_stats`` (``ext()``): a call costs about 0.2 us where ctypes'
+/* The same kernels as the Python module ``ascendify_stats_kernel`` (``ext()``): a call costs about 0.2 us where ctypes'
    conversion of ten arguments and the dims array cost several. */
 typedef void (*vec_fn)(const void*, int, const int64_t*, const int64_t*, int64_t, const float*, float, const float*,
                        float*, const int64_t*);
@@ -259,9 +259,9 @@ static PyMethodDef fr_methods[] = {
     {"fill", (PyCFunction)(void (*)(void))fr_fill, METH_FASTCALL, "vec_* on a strided tensor"},
     {NULL, NULL, 0, NULL},
 };
-static struct PyModuleDef fr_module = {PyModuleDef_HEAD_INIT, "ascendify_fused_stats", NULL, -1, fr_methods};
+static struct PyModuleDef fr_module = {PyModuleDef_HEAD_INIT, "ascendify_stats_kernel", NULL, -1, fr_methods};
 
-PyMODINIT_FUNC PyInit_ascendify_fused_stats(void) {
+PyMODINIT_FUNC PyInit_ascendify_stats_kernel(void) {
     kinds[0] = (vec_fn)vec_f32;
     kinds[1] = (vec_fn)vec_bf16;
 #ifdef WITH_F16
@@ -275,7 +275,7 @@ PyMODINIT_FUNC PyInit_ascendify_fused_stats(void) {
 _lib = None
 _ext = None
 _tried = False
-EXT_NAME = "ascendify_fused_stats"
+EXT_NAME = "ascendify_stats_kernel"
 
 
 def _cpu_key() -> str:
@@ -294,7 +294,7 @@ def _cpu_key() -> str:
 def _build(cc: str, flags: list[str], dest: Path) -> bool:
     dest.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=dest.parent) as tmp:
-        src = Path(tmp) / "fused_stats.c"
+        src = Path(tmp) / "stats_kernel.c"
         src.write_text(_SOURCE)
         so = Path(tmp) / dest.name
         cmd = [cc, "-O3", "-fPIC", "-shared", "-fno-math-errno", *flags, str(src), "-o", str(so), "-lm"]
@@ -309,9 +309,9 @@ def _build(cc: str, flags: list[str], dest: Path) -> bool:
 
 
 def _python_flags() -> list[str]:
-    """Flags that build the library as the Python module ``ascendify_fused_stats`` too, or [] without Python's
+    """Flags that build the library as the Python module ``ascendify_stats_kernel`` too, or [] without Python's
     headers (then only ctypes serves)."""
-    if os.environ.get("ASCENDIFY_FUSED_STATS_EXT", "1") == "0":
+    if os.environ.get("ASCENDIFY_STATS_KERNEL_EXT", "1") == "0":
         return []
     try:
         import sysconfig
@@ -335,7 +335,7 @@ def kernel():
     if _tried:
         return _lib
     _tried = True
-    if os.environ.get("ASCENDIFY_FUSED_STATS", "1") == "0" or sys.platform == "win32":
+    if os.environ.get("ASCENDIFY_STATS_KERNEL", "1") == "0" or sys.platform == "win32":
         return None
     cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     if not cc:
@@ -347,7 +347,7 @@ def kernel():
     variants = [(py + ["-DWITH_F16"], "_py_f16"), (py, "_py")] if py else []
     variants += [(["-DWITH_F16"], "_f16"), ([], "")]
     for extra, suffix in variants:
-        dest = cache_dir("fused_stats") / f"fused_stats_{tag}{suffix}.so"
+        dest = cache_dir("stats_kernel") / f"stats_kernel_{tag}{suffix}.so"
         try:
             if not dest.exists() and not _build(cc, arch + extra, dest):
                 continue

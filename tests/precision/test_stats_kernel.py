@@ -5,9 +5,9 @@ import math
 import pytest
 import torch
 
-from ascendify.precision import fused_stats, stats
+from ascendify.precision import stats, stats_kernel
 
-pytestmark = pytest.mark.skipif(fused_stats.kernel() is None, reason="no C compiler here: the torch path serves")
+pytestmark = pytest.mark.skipif(stats_kernel.kernel() is None, reason="no C compiler here: the torch path serves")
 
 
 def _ref(t: torch.Tensor) -> list[float]:
@@ -93,7 +93,7 @@ def test_table_grows_and_keeps_every_row(base):
 def test_same_vector_as_the_torch_path(monkeypatch, dtype, n):
     t = torch.randn(n, generator=torch.Generator().manual_seed(n)).to(dtype)
     fast, view = stats.stat_vector(t), stats.view_vector(torch.arange(14.0), t)
-    monkeypatch.setattr(stats, "_fused_fns", {})  # as where no compiler is found
+    monkeypatch.setattr(stats, "_kernel_fns", {})  # as where no compiler is found
     slow, slow_view = stats.stat_vector(t), stats.view_vector(torch.arange(14.0), t)
     assert torch.allclose(fast[:6], slow[:6], rtol=1e-5, atol=1e-5)
     # the fingerprint: the same sum, in double in the kernel; torch's float32 mv is off by up to ~3e-6 relative
@@ -103,7 +103,7 @@ def test_same_vector_as_the_torch_path(monkeypatch, dtype, n):
 
 
 def test_the_python_module_and_ctypes_write_the_same_dump(tmp_path, monkeypatch):
-    """Where Python's headers are installed the kernels are also a Python module (``fused_stats.ext()``): its
+    """Where Python's headers are installed the kernels are also a Python module (``stats_kernel.ext()``): its
     ``fill`` instead of the ctypes call. Without it (ctypes only) a dump must be identical: every layout the kernel
     walks, views reusing rows, a split projection, gradients."""
     import json
@@ -112,7 +112,7 @@ def test_the_python_module_and_ctypes_write_the_same_dump(tmp_path, monkeypatch)
 
     from ascendify.precision import dump
 
-    if fused_stats.ext() is None:
+    if stats_kernel.ext() is None:
         pytest.skip("no Python headers: ctypes serves")
 
     class Attn(nn.Module):
