@@ -101,6 +101,22 @@ def reference_dir(request) -> Path:
     return ref
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    """With pytest-xdist (``-n 2``): the workers get the session's ``COLUMNS`` as it was (xdist's workers otherwise
+    see ``COLUMNS=80``, and the verbs' output would wrap where it does not in a plain run)."""
+    node.workerinput["ascendify_columns"] = os.environ.get("COLUMNS")
+
+
+def pytest_configure(config):
+    given = getattr(config, "workerinput", None)
+    if given is not None and "ascendify_columns" in given:
+        if given["ascendify_columns"] is None:
+            os.environ.pop("COLUMNS", None)
+        else:
+            os.environ["COLUMNS"] = given["ascendify_columns"]
+
+
 @pytest.fixture(scope="session", autouse=True)
 def source_tree_untouched():
     before = tree_state()

@@ -51,8 +51,18 @@ sweep = _load_sweep()
 
 @pytest.fixture(scope="module")
 def entries():
+    import warnings
+
+    import torch.backends as backends
+
     emulator.enable()
-    ops = sweep.float32_entries(sweep.load_op_db(), SUBSET)
+    # importing torch's OpInfo database (torch.testing._internal.common_utils) freezes the cuDNN flags
+    # (disable_global_flags) and silences every warning: neither may leak into the tests that run after this one
+    flags = backends.flags_frozen.__globals__  # the module globals the flag check reads
+    flag = flags["__allow_nonbracketed_mutation_flag"]
+    with warnings.catch_warnings():
+        ops = sweep.float32_entries(sweep.load_op_db(), SUBSET)
+    flags["__allow_nonbracketed_mutation_flag"] = flag
     return {sweep.entry_id(op): op for op in ops}
 
 
