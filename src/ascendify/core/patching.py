@@ -102,3 +102,16 @@ class Patches:
 
     def __exit__(self, *exc: object) -> None:
         self.restore()
+
+
+def allow_on_lazy_parameters(patches: Patches, pairs: list[tuple[Any, Callable]]) -> None:
+    """A LazyModule's uninitialised parameters allow a fixed list of Tensor methods, checked by identity, and
+    PyTorch hands ``__torch_function__`` a method's *current* attribute: with ``Tensor.to`` patched, ``.to`` of a
+    lazy model would be refused. Allow each ``(original, wrapper)``'s wrapper where they allow the original
+    (``original`` None: always), through ``patches`` (undone with them)."""
+    from torch.nn.parameter import UninitializedTensorMixin
+
+    allowed = UninitializedTensorMixin._allowed_methods
+    extra = [wrapper for original, wrapper in pairs if original is None or original in allowed]
+    if extra:
+        patches.set(UninitializedTensorMixin, "_allowed_methods", [*allowed, *extra])

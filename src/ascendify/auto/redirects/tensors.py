@@ -10,6 +10,7 @@ import functools
 from typing import Any
 
 from ascendify.auto.record import caller_is_user
+from ascendify.core.patching import allow_on_lazy_parameters
 
 NEW_METHODS = ("new_empty", "new_empty_strided", "new_full", "new_ones", "new_tensor", "new_zeros")
 
@@ -28,7 +29,8 @@ def install(s) -> None:
     _patch_cuda(s, torch, tensor_to, module_to)
     _patch_is_cuda(s, Tensor)
     _patch_type(s, Tensor, tensor_to, real_type)
-    _allow_on_lazy_parameters(s, Tensor, {"to": tensor_to, "cuda": None, "pin_memory": pin, "type": real_type})
+    originals = {"to": tensor_to, "cuda": None, "pin_memory": pin, "type": real_type}
+    allow_on_lazy_parameters(s.patches, [(orig, getattr(Tensor, name)) for name, orig in originals.items()])
 
 
 def _wrap_to(fn, api: str, m, Device: type):
@@ -167,17 +169,3 @@ def _patch_type(s, Tensor: type, tensor_to, real_type) -> None:
         return real_type(self, dtype, non_blocking, **kwargs)
 
     s.patches.set(Tensor, "type", tensor_type)
-
-
-def _allow_on_lazy_parameters(s, Tensor: type, originals: dict[str, Any]) -> None:
-    """LazyModules' uninitialized parameters allow a fixed list of Tensor methods: allow our wrappers of the
-    allowed ones as well (``originals``: name -> the method before patching; None: always allow)."""
-    from torch.nn.parameter import UninitializedTensorMixin
-
-    allowed = UninitializedTensorMixin._allowed_methods
-    extra = []
-    for name, orig in originals.items():
-        wrapper = getattr(Tensor, name)
-        if orig is None or orig in allowed:
-            extra.append(wrapper)
-    s.patches.set(UninitializedTensorMixin, "_allowed_methods", list(allowed) + extra)

@@ -50,14 +50,10 @@ def _wrap(original):
 def note_current(index: int) -> None:
     """Called when device ``index`` becomes current: install the ``Tensor.to`` wrapper if it is not device 0."""
     if index > 0 and not _installed:
-        from torch.nn.parameter import UninitializedTensorMixin
+        from ascendify.core.patching import allow_on_lazy_parameters
 
         original = torch.Tensor.to
         _installed.append(original)
         wrapper = _wrap(original)
         runtime.patches.set(torch.Tensor, "to", wrapper)
-        # PyTorch hands a Tensor method's current attribute to __torch_function__: a LazyModule's uninitialised
-        # parameters allow ``.to`` by identity, so they must allow the wrapper too
-        allowed = UninitializedTensorMixin._allowed_methods
-        if original in allowed:
-            runtime.patches.set(UninitializedTensorMixin, "_allowed_methods", [*allowed, wrapper])
+        allow_on_lazy_parameters(runtime.patches, [(original, wrapper)])
