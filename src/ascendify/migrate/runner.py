@@ -204,8 +204,12 @@ def _run(req: Request, tasks: list, mode: str, jobs: int, planned: list, kept: d
     progress = _progress_bar(console, tasks, req.quiet)
     rewritten: list[str] = []  # --inplace: the inputs already replaced by their conversion
 
+    me = os.getpid()
+
     def terminated(signum, frame):  # SIGTERM (`timeout`, a job scheduler) ends the run as Ctrl-C does
-        raise _Terminated(128 + signum)
+        if os.getpid() != me:  # a worker forked with this handler, stopped before its own start replaced it:
+            os._exit(128 + signum)  # raised there (in an after-fork hook) the exception is swallowed, and the
+        raise _Terminated(128 + signum)  # worker would then wait for work forever, and the pool's join with it
 
     try:
         previous = signal.signal(signal.SIGTERM, terminated)
