@@ -157,7 +157,7 @@ def test_inference_script_compares_outputs(tmp_path):
     (["--", "python", "missing.py"], "missing.py, which is not in"),
     (["-o", "{src}/inside", "--", "python", "infer.py"], "cannot be the project or inside it"),
     (["-o", "{foreign}", "--", "python", "infer.py"], "not written by ascendify"),
-    (["--skip", "nope", "--", "python", "infer.py"], "unknown step"),
+    (["--skip", "nope", "--", "python", "infer.py"], "unknown stage"),
     (["python", "infer.py"], "put -- before the project's own command"),
     (["-o", "{foreign}/o", "--report", "{foreign}/o/r", "--", "python", "infer.py"], "cannot be the migrated copy"),
     (["--model", "infer.py:model", "--", "python", "infer.py"], "runs the program"),

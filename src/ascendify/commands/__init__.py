@@ -119,7 +119,7 @@ def parse_pipeline_options(who: str, args, steps: tuple[str, ...]) -> frozenset[
     skip = {s.strip() for item in args.skip for s in item.split(",") if s.strip()}
     bad = sorted(skip - set(steps))
     if bad:
-        print(f"{who}: --skip {', '.join(bad)}: unknown step (steps: {', '.join(steps)})", file=sys.stderr)
+        print(f"{who}: --skip {', '.join(bad)}: unknown stage (stages: {', '.join(steps)})", file=sys.stderr)
         return 2
     if args.jobs is not None and args.jobs < 1:
         print(f"{who}: --jobs must be at least 1", file=sys.stderr)

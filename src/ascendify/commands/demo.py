@@ -46,8 +46,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from ascendify.commands import add_device_argument
 
     add_device_argument(p, "port", help="where the NPU side runs (see above)")
-    p.add_argument("--skip", action="append", default=[], metavar="STEP",
-                   help=f"skip a step (repeatable or comma-separated): {', '.join(STEPS)}")
+    p.add_argument("--skip", action="append", default=[], metavar="STAGE",
+                   help=f"skip a stage (repeatable or comma-separated): {', '.join(STEPS)}")
     p.add_argument("--force", action="store_true", help="write into a non-empty folder that no demo wrote")
     p.add_argument("--jobs", "-j", type=int, default=None, metavar="N",
                    help="child processes at a time (default: the CPU count, at most 2)")

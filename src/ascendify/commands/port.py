@@ -70,8 +70,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "its inputs had not, forward or backward, and GradScaler's skipped steps (report.json "
                         "'overflow', a checklist item); that run is slower and does not torch.compile")
     p.add_argument("--seed", type=int, default=1234, help="the seed both runs start with (default: %(default)s)")
-    p.add_argument("--skip", action="append", default=[], metavar="STEP",
-                   help=f"skip a step (repeatable or comma-separated): {', '.join(STEPS)}")
+    p.add_argument("--skip", action="append", default=[], metavar="STAGE",
+                   help=f"skip a stage (repeatable or comma-separated): {', '.join(STEPS)}")
     p.add_argument("--force", action="store_true",
                    help="write into a non-empty OUT or report folder that ascendify did not write, and "
                    "overwrite files in OUT edited by hand since the last port (kept otherwise)")

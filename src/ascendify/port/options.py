@@ -242,7 +242,7 @@ def plan(opts: PortOptions) -> Context:
     written yet)."""
     bad = sorted(set(opts.skip) - set(STAGE_IDS))
     if bad:
-        raise PortError(f"--skip {', '.join(bad)}: unknown step (steps: {', '.join(STAGE_IDS)})")
+        raise PortError(f"--skip {', '.join(bad)}: unknown stage (stages: {', '.join(STAGE_IDS)})")
     project = opts.project.resolve()
     if not project.is_dir():
         raise PortError(f"{opts.project}: no such folder (give the project's folder, then -- and its command)")

@@ -68,9 +68,9 @@ def _summary(sec, result: PortResult, status: str, sentence: str) -> None:
     })
     rows = []
     for i, (sid, res) in enumerate(result.stages.items(), 1):
-        rows.append({"n": i, "step": sid, "status": res.status, "time": secs(res.seconds),
+        rows.append({"n": i, "stage": sid, "status": res.status, "time": secs(res.seconds),
                      "CPU": secs(res.cpu_seconds) if res.jobs else "", "headline": res.headline})
-    cols = [report.Column("n", "#", kind="number"), report.Column("step"), report.Column("status", kind="status"),
+    cols = [report.Column("n", "#", kind="number"), report.Column("stage"), report.Column("status", kind="status"),
             report.Column("time", align="right"), report.Column("CPU", align="right"), report.Column("headline")]
     sec.table(cols, rows)
     figs = [(p, c) for p, c in ((train.loss_png(result), train.loss_caption(result)),
@@ -195,9 +195,9 @@ def summary_text(result: PortResult, width: int | None = None) -> str:
     what = result.context.options.shown_as or result.project.name
     lines = [_wrap(f"ascendify {result.name}: {TARGET_LABEL[result.target]}, {what}, {result.seconds:.0f} s "
                    f"wall, {result.cpu_seconds:.0f} s CPU", width)]
-    rows = [{"step": sid, "status": r.status, "time": secs(r.seconds), "headline": r.headline}
+    rows = [{"stage": sid, "status": r.status, "time": secs(r.seconds), "headline": r.headline}
             for sid, r in result.stages.items()]
-    cols = [report.Column("step"), report.Column("status", kind="status"), report.Column("time", align="right"),
+    cols = [report.Column("stage"), report.Column("status", kind="status"), report.Column("time", align="right"),
             report.Column("headline")]
     lines.append(report.table_text(cols, rows, width=width).rstrip("\n"))
     for sid, r in result.stages.items():
