@@ -8,7 +8,6 @@ stopping it after ``--steps`` steps. Outputs: the terminal summary (stdout), ``-
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from typing import Any
@@ -77,14 +76,9 @@ def write_outputs(result, trace: Trace, *, json_path: str | None, html_dir: str 
 
 
 def load_trace(path: str) -> Trace:
-    try:
-        with open(path, encoding="utf-8") as f:
-            doc = json.load(f)
-    except OSError as e:
-        raise ValueError(f"{path}: cannot be read ({e.strerror or e})") from None
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{path}: not JSON: {e.msg} at line {e.lineno}") from None
-    return Trace.from_dict(doc)
+    from ascendify.core.fileio import read_json
+
+    return Trace.from_dict(read_json(path))
 
 
 # -- capture inside a run someone else drives (ascendify port) -------------------------------------------------

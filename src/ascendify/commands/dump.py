@@ -126,15 +126,9 @@ def parse_size(text: str | int | None) -> int | None:
 
 def read_config(path: str) -> dict:
     """Settings from ``path``: ours (keys as the long options) or msprobe's config.json, mapped to ours."""
-    import json
+    from ascendify.core.fileio import read_json
 
-    try:
-        with open(path, encoding="utf-8") as f:
-            doc = json.load(f)
-    except OSError as e:
-        raise ValueError(f"{path}: cannot be read ({e.strerror or e})") from None
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{path}: not valid JSON: {e.msg} at line {e.lineno}") from None
+    doc = read_json(path)
     if not isinstance(doc, dict):
         raise ValueError(f"{path}: expected a JSON object of settings")
     if "task" in doc:  # msprobe's config.json

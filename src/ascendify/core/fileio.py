@@ -125,6 +125,20 @@ def dumps_json(obj: Any) -> str:
     return json.dumps(_clean(obj), indent=2, ensure_ascii=False, allow_nan=False, default=str) + "\n"
 
 
+def read_json(path: str | os.PathLike[str]) -> Any:
+    """The JSON document in ``path``; :class:`ValueError` naming the file and what is wrong (it cannot be read, or
+    it is not valid JSON, with the line) for a user's file given on the command line."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except OSError as e:
+        raise ValueError(f"{path}: cannot be read ({e.strerror or e})") from None
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}: not valid JSON: {e.msg} at line {e.lineno}") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"{path}: not valid JSON: not UTF-8 text") from None
+
+
 def write_json(path: str | os.PathLike[str], obj: Any) -> None:
     """Atomically write ``obj`` as JSON (see :func:`dumps_json`)."""
     write_atomic(path, dumps_json(obj))
