@@ -349,13 +349,14 @@ def _patch_cpu_event(s, torch: Any) -> None:
     ``torch.cuda.Event`` is (torch's CPU event raises "cpu backend doesn't support events" when recorded).
     Device-generic timing code (``start.record()`` ... ``torch.accelerator.synchronize()``,
     ``start.elapsed_time(end)``) runs in the accelerator branch it now takes. Still a ``torch.Event``."""
-    import time
+    from ascendify.auto.redirects.cpu_cuda import Event as HostClock
 
     real, Device, rec = torch.Event, s.Device, s.rec
     base = getattr(torch._C, "Event", real)  # PyTorch's own type (torch.Event may be the emulator's, inactive)
 
-    class HostEvent(base):  # type: ignore[misc, valid-type]
-        """A ``torch.Event`` on the cpu that records the host clock; ``elapsed_time`` in milliseconds."""
+    class HostEvent(HostClock, base):  # type: ignore[misc, valid-type]
+        """A ``torch.Event`` on the cpu that records the host clock (``record``, ``synchronize``, ``wait``,
+        ``query``: :class:`ascendify.auto.redirects.cpu_cuda.Event`'s); ``elapsed_time`` in milliseconds."""
 
         def __new__(cls, device: Any = None, *, enable_timing: bool = False, blocking: bool = False,
                     interprocess: bool = False):
@@ -367,24 +368,12 @@ def _patch_cpu_event(s, torch: Any) -> None:
             self._timing = enable_timing
             self._t: float | None = None
 
-        def record(self, stream: Any = None) -> None:
-            self._t = time.perf_counter()
-
         def elapsed_time(self, end_event: Any) -> float:
             if not (self._timing and getattr(end_event, "_timing", False)):
                 raise RuntimeError("Both events must be created with argument 'enable_timing=True'.")
             if self._t is None or end_event._t is None:
                 raise RuntimeError("Both events must be recorded before calculating elapsed time.")
             return (end_event._t - self._t) * 1000.0
-
-        def synchronize(self) -> None:
-            return None
-
-        def wait(self, stream: Any = None) -> None:
-            return None
-
-        def query(self) -> bool:
-            return True
 
     HostEvent.__module__, HostEvent.__qualname__ = "torch", "Event"
 
