@@ -37,16 +37,21 @@ def _output_problem(args) -> str | None:
     return f"--out {out}: {problem}" if problem else None
 
 
-def _open_device(args):
-    """The :class:`BenchDevice` of ``--device`` (see ``BenchDevice.open``), or the exit status after saying why:
-    2 for a word the bench does not take, 3 for a device that is not here."""
-    from ascendify.bench.device import BenchDevice
+def _open_device(args, err=None):
+    """The :class:`BenchDevice` of ``--device`` (see ``BenchDevice.open``) with ``--threads`` set, or the exit
+    status after saying why: 2 for a word the bench does not take, 3 for a device that is not here. With ``err``
+    (a console), says so there when the device is the emulated NPU."""
+    from ascendify.bench.device import BenchDevice, set_threads
 
     try:
-        return BenchDevice.open(args.device, emulate_memory=args.emulate_memory)
+        dev = BenchDevice.open(args.device, emulate_memory=args.emulate_memory)
     except DeviceError as e:
         _err(str(e))
         return e.exit_code
+    set_threads(args.threads)
+    if err is not None and dev.emulated:
+        err.print(f"[yellow]device npu is the emulated NPU ({dev.name}): {EMULATED_LABEL}[/yellow]")
+    return dev
 
 
 def _timing(args) -> dict:
@@ -97,7 +102,6 @@ def run_bench(args) -> int:
 
     from ascendify import report
     from ascendify.bench import harness, render
-    from ascendify.bench.device import set_threads
     from ascendify.workloads import factory, models
 
     problem = _output_problem(args)
@@ -114,13 +118,10 @@ def run_bench(args) -> int:
     except (ValueError, models.ModelError) as e:
         _err(str(e))
         return 2
-    dev = _open_device(args)  # before any backward (emulator)
+    err = report.console(stderr=True)
+    dev = _open_device(args, err)  # before any backward (emulator)
     if isinstance(dev, int):
         return dev
-    set_threads(args.threads)
-    err = report.console(stderr=True)
-    if dev.emulated:
-        err.print(f"[yellow]device npu is the emulated NPU ({dev.name}): {EMULATED_LABEL}[/yellow]")
     records: list[dict] = []
     progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                         console=err, transient=True)
@@ -191,7 +192,6 @@ def _run_with_inputs(args) -> int:
     first floating tensor)."""
     from ascendify import report
     from ascendify.bench import harness, render
-    from ascendify.bench.device import set_threads
     from ascendify.precision import loading
     from ascendify.workloads import factory, models
 
@@ -211,13 +211,10 @@ def _run_with_inputs(args) -> int:
     except ValueError as e:
         _err(str(e))
         return 2
-    dev = _open_device(args)
+    err = report.console(stderr=True)
+    dev = _open_device(args, err)  # before any backward (emulator)
     if isinstance(dev, int):
         return dev
-    set_threads(args.threads)
-    err = report.console(stderr=True)
-    if dev.emulated:
-        err.print(f"[yellow]device npu is the emulated NPU ({dev.name}): {EMULATED_LABEL}[/yellow]")
     records: list[dict] = []
     for spec in args.model:
         for mode in args.mode:
@@ -320,7 +317,7 @@ def run_loader(args) -> int:
     from ascendify import report
     from ascendify.bench import loader as L
     from ascendify.bench import render
-    from ascendify.bench.device import cpu_count, set_threads
+    from ascendify.bench.device import cpu_count
 
     problem = _output_problem(args)
     if problem:
@@ -347,7 +344,6 @@ def run_loader(args) -> int:
     dev = _open_device(args)
     if isinstance(dev, int):
         return dev
-    set_threads(args.threads)
     n_samples = args.samples or (32 if quick else 512)
 
     def make(augment: str):
