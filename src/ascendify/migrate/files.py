@@ -467,8 +467,8 @@ def run_tasks(tasks: list[Task], jobs: int, progress=None) -> list[tuple[FileRes
     """Run ``tasks``; results keep the task order. ``progress(done, total)`` is called as the work advances, in
     bytes of input (within a file, too, when one process converts a large one).
 
-    With ``jobs > 1`` the files go to a pool of worker processes, largest first (a large file last would keep
-    one worker busy while the others wait). The workers die with this process, however it ends (see
+    With ``jobs > 1`` the files go to worker processes (:mod:`.workers`), largest first (a large file last would
+    keep one worker busy while the others wait). The workers die with this process, however it ends (see
     :func:`_worker_start`); an error or Ctrl-C here stops them at once."""
     _MADE.clear()  # folders can go between runs in one process
     sizes = [_size(t) for t in tasks]
@@ -486,25 +486,21 @@ def run_tasks(tasks: list[Task], jobs: int, progress=None) -> list[tuple[FileRes
             if progress:
                 progress(done, total)
         return out
-    import multiprocessing
+    from ascendify.migrate import workers
 
     results: list = [None] * len(tasks)
-    ctx = multiprocessing.get_context("fork") if "fork" in multiprocessing.get_all_start_methods() else None
-    pool = (ctx or multiprocessing).Pool(jobs, initializer=_worker_start, initargs=(os.getpid(),))
-    try:
-        done = 0
-        for unit in pool.imap_unordered(_process_unit, _units(tasks, sizes, jobs), chunksize=1):
-            for i, r in unit:
-                results[i] = r
-                done += sizes[i]
-            if progress:
-                progress(done, total)
-        pool.close()
-    except BaseException:
-        pool.terminate()  # workers stop now, not after the files still queued
-        raise
-    finally:
-        pool.join()
+    done = 0
+
+    def collect(unit: list) -> None:
+        nonlocal done
+        for i, r in unit:
+            results[i] = r
+            done += sizes[i]
+        if progress:
+            progress(done, total)
+
+    workers.run(_process_unit, _units(tasks, sizes, jobs), jobs, collect, initializer=_worker_start,
+                initargs=(os.getpid(),))
     return results
 
 
@@ -512,7 +508,7 @@ UNITS_PER_JOB = 8  # pieces of work per process: enough to even out the end, few
 
 
 def _units(tasks: list[Task], sizes: list[int], jobs: int) -> list[list[tuple[int, Task]]]:
-    """The tasks in pieces of work for the pool, largest first (a large file last would keep one process busy
+    """The tasks in pieces of work for the workers, largest first (a large file last would keep one process busy
     while the others wait): a file of a piece's share or more alone, the smaller ones together (sending a
     piece to a process and its results back costs about as much as converting a small file)."""
     share = max(1, sum(sizes) // (jobs * UNITS_PER_JOB))

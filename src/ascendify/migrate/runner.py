@@ -209,7 +209,7 @@ def _run(req: Request, tasks: list, mode: str, jobs: int, planned: list, kept: d
     def terminated(signum, frame):  # SIGTERM (`timeout`, a job scheduler) ends the run as Ctrl-C does
         if os.getpid() != me:  # a worker forked with this handler, stopped before its own start replaced it:
             os._exit(128 + signum)  # raised there (in an after-fork hook) the exception is swallowed, and the
-        raise _Terminated(128 + signum)  # worker would then wait for work forever, and the pool's join with it
+        raise _Terminated(128 + signum)  # worker would then wait for work forever, and the run with it
 
     try:
         previous = signal.signal(signal.SIGTERM, terminated)
