@@ -87,8 +87,10 @@ def _send(conn, proc, unit) -> None:
 def _died(proc) -> WorkerDied:
     proc.join(1)
     code = proc.exitcode
-    how = ("was killed by signal %d" % -code if code is not None and code < 0
-           else "is still running without answering" if code is None else "exited with status %d" % code)
+    if code is None:
+        how = "is still running without answering"
+    else:
+        how = f"was killed by signal {-code}" if code < 0 else f"exited with status {code}"
     return WorkerDied(f"a migrate worker process (pid {proc.pid}) ended without its results: it {how}")
 
 
