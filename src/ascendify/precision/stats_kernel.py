@@ -67,7 +67,7 @@ static void acc_fold(acc_t* a) {  /* lane partial sums into double: every BLOCK 
 
 /* one contiguous run of n elements */
 #define RUN(NAME, T, LOAD)                                                                                       \
-static void NAME(acc_t* a, const T* x, int64_t n) {                                                              \
+static __attribute__((noinline)) void NAME(acc_t* a, const T* x, int64_t n) {                                    \
     int64_t i = 0;                                                                                               \
     while (i < n) {                                                                                              \
         int64_t take = BLOCK - a->cnt; if (take > n - i) take = n - i;                                           \
@@ -102,6 +102,17 @@ static void NAME(acc_t* a, const T* x, int64_t n, int64_t st) {                 
         if (++a->cnt >= BLOCK) acc_fold(a);                                                                      \
     }                                                                                                            \
 }
+
+/* the memory offset of the fingerprint's i-th sample (logical position pos[i], or i when pos is NULL) in a strided
+   tensor, where no offsets were computed (`offsets`) */
+static inline int64_t fp_offset(int64_t i, const int64_t* pos, int nd, const int64_t* sizes, const int64_t* strides) {
+    int64_t l = pos ? pos[i] : i, off = 0;
+    for (int d = nd - 1; d >= 0; d--) { off += (l % sizes[d]) * strides[d]; l /= sizes[d]; }
+    return off;
+}
+
+typedef float v8f __attribute__((vector_size(32)));               /* 8 fingerprint components (GCC/clang) */
+typedef float v8u __attribute__((vector_size(32), aligned(4)));   /* the same, read from any float address */
 
 /* The whole statistics vector of a strided tensor of any layout, in one call (stats.StatTable):
    out[0..5] = [min, max, sum, norm, nan_count, inf_count], copied from `head` when it is not NULL (a view of
@@ -168,19 +179,24 @@ void NAME(const T* x, int nd, const int64_t* dims, const int64_t* pos, int64_t k
         if (sizes[d] != 1 && strides[d] != expect) { contiguous = 0; break; }                                    \
         expect *= sizes[d];                                                                                      \
     }                                                                                                            \
-    double acc[8] = {0., 0., 0., 0., 0., 0., 0., 0.};  /* float over 64 samples (one vector FMA each), then double */\
+    /* the 64 samples of a block gathered, then summed in float (four sums of every fourth sample, 8 components */\
+    /* a vector: one sum would wait on the previous FMA at every sample), then added in double */               \
+    double acc[8] = {0., 0., 0., 0., 0., 0., 0., 0.};                                                            \
+    float g[64];                                                                                                 \
     for (int64_t b = 0; b < k; b += 64) {                                                                        \
-        float part[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};                                                \
-        int64_t end = b + 64 < k ? b + 64 : k;                                                                   \
-        for (int64_t i = b; i < end; i++) {                                                                     \
-            int64_t l = pos ? pos[i] : i, off = 0;                                                               \
-            if (offs) off = offs[i];                                                                             \
-            else if (contiguous) off = l;                                                                        \
-            else for (int d = nd - 1; d >= 0; d--) { off += (l % sizes[d]) * strides[d]; l /= sizes[d]; }        \
-            float v = LOAD(x[off]);                                                                              \
-            const float* wi = w + 8 * i;                                                                         \
-            for (int j = 0; j < 8; j++) part[j] += wi[j] * v;                                                    \
+        int m = (int)(b + 64 < k ? 64 : k - b);                                                                  \
+        if (offs) { for (int t = 0; t < m; t++) g[t] = LOAD(x[offs[b + t]]); }                                   \
+        else if (contiguous && !pos) { for (int t = 0; t < m; t++) g[t] = LOAD(x[b + t]); }                      \
+        else if (contiguous) { for (int t = 0; t < m; t++) g[t] = LOAD(x[pos[b + t]]); }                         \
+        else { for (int t = 0; t < m; t++) g[t] = LOAD(x[fp_offset(b + t, pos, nd, sizes, strides)]); }         \
+        const v8u* W = (const v8u*)(w + 8 * b);                                                                  \
+        v8f p0 = {0}, p1 = {0}, p2 = {0}, p3 = {0};                                                              \
+        int t = 0;                                                                                               \
+        for (; t + 4 <= m; t += 4) {                                                                             \
+            p0 += W[t] * g[t]; p1 += W[t + 1] * g[t + 1]; p2 += W[t + 2] * g[t + 2]; p3 += W[t + 3] * g[t + 3]; \
         }                                                                                                        \
+        for (; t < m; t++) p0 += W[t] * g[t];                                                                    \
+        v8f part = (p0 + p1) + (p2 + p3);                                                                        \
         for (int j = 0; j < 8; j++) acc[j] += part[j];                                                           \
     }                                                                                                            \
     for (int j = 0; j < 8; j++) out[6 + j] = (float)(acc[j] * scale);                                            \
