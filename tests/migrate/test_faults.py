@@ -163,6 +163,26 @@ def test_a_full_disk_names_the_file_and_the_rerun_completes(tmp_path, monkeypatc
     assert marker(out)["complete"] is True and "x5 = torch.zeros(2).npu()" in (out / "m5.py").read_text()
 
 
+def test_a_killed_worker_ends_the_run_with_the_output_marked_incomplete(tmp_path, monkeypatch, capsys):
+    src, out = tree(tmp_path), tmp_path / "out"
+    real = migrate_files.process
+
+    def process(task, step=None):
+        if task.src.endswith("m3.py"):  # the out-of-memory killer takes the worker converting it
+            os.kill(os.getpid(), signal.SIGKILL)
+        return real(task, step)
+
+    with monkeypatch.context() as m:
+        m.setattr(migrate_files, "process", process)
+        assert run(src, "-o", out, "-q", "--jobs", "2") == 4
+    err = capsys.readouterr().err
+    assert re.search(r"a migrate worker process \(pid \d+\) ended without its results: it was killed by signal 9 "
+                     r"\(out of memory\?\); .* is incomplete \(its marker says so\)", err), err
+    assert "Traceback" not in err and marker(out)["complete"] is False
+    assert run(src, "-o", out, "-q", "--jobs", "2") == 0
+    assert marker(out)["complete"] is True and "x3 = torch.zeros(2).npu()" in (out / "m3.py").read_text()
+
+
 def test_a_full_disk_while_copying_a_file_names_it(tmp_path, monkeypatch, capsys):
     src, out = tree(tmp_path), tmp_path / "out"
     real = shutil.copystat

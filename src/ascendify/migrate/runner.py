@@ -30,6 +30,7 @@ from .engine import Options
 from .files import OUTPUT_MARKER
 from .native import NATIVE_SUFFIXES
 from .render import build, next_steps, print_summary, write
+from .workers import WorkerDied
 
 EXIT_OK, EXIT_CHANGES, EXIT_USAGE, EXIT_SKIPPED, EXIT_IO = 0, 1, 2, 3, 4
 
@@ -235,6 +236,10 @@ def _run(req: Request, tasks: list, mode: str, jobs: int, planned: list, kept: d
         if progress is not None:
             progress.stop()
         raise _io_error(_write_failed(e, mode, tasks, rewritten, out)) from None
+    except WorkerDied as e:  # the out-of-memory killer, a signal from outside: the other workers were stopped
+        if progress is not None:
+            progress.stop()
+        raise _io_error(_worker_died(e, mode, tasks, out)) from None
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
@@ -266,6 +271,16 @@ def _write_failed(e: OSError, mode: str, tasks: list, rewritten: list[str], out:
         files.discard_inplace(tasks)
         msg += ("; no input file was rewritten" if not rewritten else
                 f"; {shared.plural(len(rewritten), 'file')} had been rewritten already: " + ", ".join(rewritten))
+    return msg
+
+
+def _worker_died(e: WorkerDied, mode: str, tasks: list, out: Path | None) -> str:
+    msg = f"{e} (out of memory?)"
+    if mode == "write":
+        msg += f"; {out} is incomplete (its marker says so): run the same command again (--jobs 1: no worker)"
+    elif mode == "inplace":
+        files.discard_inplace(tasks)
+        msg += "; no input file was rewritten"
     return msg
 
 

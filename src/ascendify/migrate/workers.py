@@ -15,11 +15,9 @@ worker stopped at any point stops only itself.
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import pickle
 from collections.abc import Callable, Iterable
-from multiprocessing.connection import wait
 
 __all__ = ["WorkerDied", "run", "GRACE"]
 
@@ -31,6 +29,8 @@ class WorkerDied(RuntimeError):
 
 
 def _context():
+    import multiprocessing  # here: `ascendify migrate` of a few files starts no worker and needs none of it
+
     methods = multiprocessing.get_all_start_methods()
     return multiprocessing.get_context("fork" if "fork" in methods else None)
 
@@ -40,6 +40,8 @@ def run(fn: Callable, units: Iterable, jobs: int, on_result: Callable, *, initia
     """Call ``fn(unit)`` for every unit in ``jobs`` worker processes and ``on_result(fn(unit))`` here, in the
     order the answers come. An exception (a worker's, ``on_result``'s, Ctrl-C) stops every worker before it
     propagates."""
+    from multiprocessing.connection import wait
+
     pending = iter(units)
     ctx = _context()
     procs: dict = {}  # the parent's end of each worker's pipe -> its process
