@@ -10,6 +10,7 @@ on a busy machine. One thread; the clock is process CPU time (``--clock wall`` f
     python benchmarks/dump_overhead.py [--config standard,short] [--rounds N] [--iters N] [--no-grad]
                                        [--variants ours-api,ours-mix,ours-mix-tensors,...] [--json FILE]
     python benchmarks/dump_overhead.py --batch 1 --seq 8 [--d-model 256] [--layers 2] ...   (one custom config)
+    python benchmarks/dump_overhead.py --breakdown [--config short]   (where ours-mix's extra time goes)
 
 Configurations (both by default):
 
@@ -19,6 +20,11 @@ Configurations (both by default):
 
 The model: token embedding, ``--layers`` pre-norm blocks (attention written out with matmul/softmax, GELU MLP of
 4 x ``--d-model``), a final LayerNorm and a linear head over a 1,000-token vocabulary.
+
+``--breakdown`` splits ours-mix's extra milliseconds into reading the tensors, writing the step, the mechanism (a
+torch-function mode and module hooks that do nothing) and the recording's Python: one process alternates the plain
+forward, ours-mix, ours-mix with the statistics kernel's call a no-op (wrong statistics), ours-mix with the writer a
+no-op, and the bare mechanism; each part is the median over rounds of a difference within a round.
 
 Prints the machine's load (``os.getloadavg``, before and after: the figures are only comparable on an idle machine),
 then per configuration a table of median milliseconds per forward without and with the dump, the median over rounds
@@ -30,6 +36,7 @@ nodes each dump recorded.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import os
 import statistics
@@ -165,6 +172,121 @@ def worker(variant: str, a) -> dict:
             "rounds": len(ratios), "nodes": nodes}
 
 
+def _bare_hooks(torch, model, idx):
+    """The mechanism alone: a torch-function mode and forward hooks on every module that do nothing."""
+    from torch.overrides import TorchFunctionMode
+
+    class Bare(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    def pre(module, args, kwargs):
+        return None
+
+    def post(module, args, kwargs, output):
+        return None
+
+    def run():
+        handles = [m.register_forward_pre_hook(pre, with_kwargs=True) for m in model.modules()]
+        handles += [m.register_forward_hook(post, with_kwargs=True, always_call=True) for m in model.modules()]
+        with Bare():
+            model(idx)
+        for h in handles:
+            h.remove()
+
+    return run
+
+
+def breakdown_worker(a) -> dict:
+    """--breakdown: in one process, rounds of the plain forward, ours-mix, ours-mix with the statistics kernel's call
+    a no-op (wrong statistics), ours-mix with the step's writer a no-op, and the bare mode and hooks; each part is the
+    median over rounds of a difference within the round, so load that drifts between rounds cancels."""
+    import torch
+
+    from ascendify.precision import dump, msprobe_io, stats
+
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    model = make_model(torch, d=a.d_model, layers=a.layers)
+    idx = torch.randint(0, 1000, (a.batch, a.seq))
+    out = tempfile.mkdtemp(prefix="dump_overhead_")
+    clock = time.process_time if a.clock == "cpu" else time.perf_counter
+    grad = torch.enable_grad() if not a.no_grad else torch.no_grad()
+    stats._kernel(torch.float32)
+    kernel, write = stats._fx, msprobe_io.write_step
+    if kernel is None:
+        raise SystemExit("--breakdown: the statistics kernel's Python module is not built here")
+
+    row_bytes = stats.STAT_LEN * 4
+
+    class NoKernel:  # the row zeroed (uninitialised memory could hold a NaN count), the tensor not read
+        @staticmethod
+        def fill(kind, ptr, shape, stride, pos, k, w, scale, head, out, offs):
+            ctypes.memset(out, 0, row_bytes)
+
+    def plain():
+        model(idx)
+
+    def mix():
+        with dump(model, out, level="mix", mode="stats", backward=not a.no_grad):
+            model(idx)
+
+    def no_kernel():
+        stats._fx = NoKernel
+        try:
+            mix()
+        finally:
+            stats._fx = kernel
+
+    def no_write():
+        msprobe_io.write_step = lambda dumper, recs, rows: dumper.root
+        try:
+            mix()
+        finally:
+            msprobe_io.write_step = write
+
+    fns = {"plain": plain, "mix": mix, "no_kernel": no_kernel, "no_write": no_write,
+           "bare": _bare_hooks(torch, model, idx)}  # fmt: skip
+    times: dict[str, list[float]] = {k: [] for k in fns}
+    with grad:
+        for fn in fns.values():  # warm-up
+            fn()
+        for _ in range(a.rounds):
+            for k, fn in fns.items():
+                t0 = clock()
+                for _ in range(a.iters):
+                    fn()
+                times[k].append((clock() - t0) / a.iters)
+    rounds = list(zip(*(times[k] for k in fns), strict=True))
+    parts = {
+        "extra": [m - p for p, m, _, _, _ in rounds],
+        "kernel": [m - nk for _, m, nk, _, _ in rounds],
+        "writer": [m - nw for _, m, _, nw, _ in rounds],
+        "mechanism": [b - p for p, _, _, _, b in rounds],
+    }
+    parts["python"] = [e - k - w - f for e, k, w, f in
+                       zip(parts["extra"], parts["kernel"], parts["writer"], parts["mechanism"], strict=True)]
+    med = {k: statistics.median(v) for k, v in parts.items()}
+    q = {k: statistics.quantiles(v, n=4) if len(v) > 1 else [v[0]] * 3 for k, v in parts.items()}
+    return {"variant": "breakdown", "base_s": statistics.median(times["plain"]), "parts": med,
+            "parts_q1": {k: v[0] for k, v in q.items()}, "parts_q3": {k: v[2] for k, v in q.items()},
+            "rounds": a.rounds}
+
+
+def _print_breakdown(c: dict) -> None:
+    r = c["results"][0]
+    base = r["base_s"]
+    names = [("extra", "ours-mix over the plain forward"), ("kernel", "reading the tensors (the C kernel)"),
+             ("writer", "writing the step (building the JSON, the files)"),
+             ("mechanism", "a torch-function mode and module hooks that do nothing"),
+             ("python", "the recording's Python (the rest)")]
+    print(f"{c['config']}: where ours-mix's time goes, a forward of {base * 1e3:.2f} ms (1.2x allows "
+          f"{0.2 * base * 1e3:.2f} ms); median of {r['rounds']} rounds [middle half]")
+    for key, name in names:
+        print(f"  {r['parts'][key] * 1e3:6.2f} ms [{r['parts_q1'][key] * 1e3:.2f}-{r['parts_q3'][key] * 1e3:.2f}]"
+              f"  {name}")
+
+
 def _count_nodes(out: str) -> int | None:
     for root, _dirs, files in os.walk(out):
         if "dump.json" in files:
@@ -236,13 +358,15 @@ def main(argv=None) -> int:
     p.add_argument("--clock", choices=["cpu", "wall"], default="cpu")
     p.add_argument("--no-grad", action="store_true", help="time an inference forward (no backward hooks)")
     p.add_argument("--variants", default=",".join(VARIANTS))
+    p.add_argument("--breakdown", action="store_true",
+                   help="where ours-mix's time goes (the kernel, the writer, the mechanism, the Python)")
     p.add_argument("--json", help="write the results here")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.worker:
         a.batch, a.seq, a.d_model, a.layers = a.batch or 32, a.seq or 64, a.d_model or 256, a.layers or 2
         a.rounds, a.iters = a.rounds or 7, a.iters or 3
-        print(json.dumps(worker(a.worker, a)))
+        print(json.dumps(breakdown_worker(a) if a.worker == "breakdown" else worker(a.worker, a)))
         return 0
     if any(x is not None for x in (a.batch, a.seq, a.d_model, a.layers)):
         std = CONFIGS["standard"]
@@ -255,6 +379,8 @@ def main(argv=None) -> int:
             p.error(f"--config: {', '.join(bad) or 'empty'}; choose from {', '.join(CONFIGS)}")
         configs = {n: CONFIGS[n] for n in names}
     configs = {n: (*c[:4], a.rounds or c[4], a.iters or c[5]) for n, c in configs.items()}
+    if a.breakdown:
+        a.variants = "breakdown"
     try:
         import msprobe  # noqa: F401
 
@@ -269,7 +395,10 @@ def main(argv=None) -> int:
     print(f"dump overhead: ratio = median of paired rounds ({a.clock} time, 1 thread)\n"
           f"load (1, 5, 15 min): {load_before} before; {load_after} after; {os.cpu_count()} CPUs")
     for c in done:
-        _print_config(c, mode)
+        if a.breakdown:
+            _print_breakdown(c)
+        else:
+            _print_config(c, mode)
     if a.json:
         from ascendify import report
 
