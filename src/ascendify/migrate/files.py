@@ -499,24 +499,25 @@ def run_tasks(tasks: list[Task], jobs: int, progress=None) -> list[tuple[FileRes
         if progress:
             progress(done, total)
 
+    # the workers get the task list once, at their start (a fork inherits it), and the pieces of work as indices
     workers.run(_process_unit, _units(tasks, sizes, jobs), jobs, collect, initializer=_worker_start,
-                initargs=(os.getpid(),))
+                initargs=(os.getpid(), tasks))
     return results
 
 
 UNITS_PER_JOB = 8  # pieces of work per process: enough to even out the end, few enough to cost little to send
 
 
-def _units(tasks: list[Task], sizes: list[int], jobs: int) -> list[list[tuple[int, Task]]]:
-    """The tasks in pieces of work for the workers, largest first (a large file last would keep one process busy
-    while the others wait): a file of a piece's share or more alone, the smaller ones together (sending a
-    piece to a process and its results back costs about as much as converting a small file)."""
+def _units(tasks: list[Task], sizes: list[int], jobs: int) -> list[list[int]]:
+    """The tasks' indices in pieces of work for the workers, largest first (a large file last would keep one
+    process busy while the others wait): a file of a piece's share or more alone, the smaller ones together
+    (sending a piece to a process and its results back costs about as much as converting a small file)."""
     share = max(1, sum(sizes) // (jobs * UNITS_PER_JOB))
-    units: list[list[tuple[int, Task]]] = []
-    unit: list[tuple[int, Task]] = []
+    units: list[list[int]] = []
+    unit: list[int] = []
     filled = 0
     for i in sorted(range(len(tasks)), key=lambda i: -sizes[i]):
-        unit.append((i, tasks[i]))
+        unit.append(i)
         filled += sizes[i]
         if filled >= share:
             units.append(unit)
@@ -526,14 +527,17 @@ def _units(tasks: list[Task], sizes: list[int], jobs: int) -> list[list[tuple[in
     return units
 
 
-def _process_unit(unit: list[tuple[int, Task]]) -> list[tuple[int, tuple[FileResult, str | None]]]:
-    return [(i, process(t)) for i, t in unit]
+_TASKS: list[Task] = []  # a worker's copy of the run's tasks (_worker_start)
+
+
+def _process_unit(unit: list[int]) -> list[tuple[int, tuple[FileResult, str | None]]]:
+    return [(i, process(_TASKS[i])) for i in unit]
 
 
 BIG_FILE = 256 << 10  # a file this large (a second of work or more) reports progress while it is converted
 
 
-def _worker_start(parent: int) -> None:
+def _worker_start(parent: int, tasks: list[Task]) -> None:
     """A worker's start: it dies when the process that started it ends, however that ends (SIGKILL included:
     Linux's ``PR_SET_PDEATHSIG``), so no worker is left waiting on a pipe nobody reads; Ctrl-C is the parent's
     to handle (it stops the workers); SIGTERM ends a worker through its clean-ups (no temporary file left)."""
@@ -545,6 +549,7 @@ def _worker_start(parent: int) -> None:
     signal.signal(signal.SIGTERM, _exit_on_signal)
     if not die_with_parent(parent):  # the parent ended before that took effect
         os._exit(1)
+    _TASKS[:] = tasks
 
 
 def _exit_on_signal(signum: int, frame) -> None:

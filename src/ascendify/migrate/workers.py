@@ -7,6 +7,9 @@ shared result queue's lock left the pool's task-handler thread blocked on that l
 that thread (seen once in eight full test runs, a full disk with ``--jobs 2``). Here no lock is shared, so a
 worker stopped at any point stops only itself.
 
+- Each worker has a second unit waiting in its pipe while it works on one, so it never waits for the parent. Units
+  should be small (``migrate`` sends the indices of its files, which the workers already hold): the parent writes a
+  unit into a pipe that holds at most one other, which never blocks while the worker writes its answer.
 - A worker's exception comes back to the parent and is raised there, after every worker is stopped.
 - A worker that dies (killed, out of memory) is an error that names it, not a run that waits for ever.
 - :func:`run` stops the workers however it ends: SIGTERM first (a worker unwinds through its clean-ups, so no
@@ -22,6 +25,7 @@ from collections.abc import Callable, Iterable
 __all__ = ["WorkerDied", "run", "GRACE"]
 
 GRACE = 5.0  # seconds a stopped worker has to finish its clean-ups before it is killed
+AHEAD = 2  # units sent to a worker before its answers: one it works on, one waiting in its pipe
 
 
 class WorkerDied(RuntimeError):
@@ -45,19 +49,32 @@ def run(fn: Callable, units: Iterable, jobs: int, on_result: Callable, *, initia
     pending = iter(units)
     ctx = _context()
     procs: dict = {}  # the parent's end of each worker's pipe -> its process
+    queued: dict = {}  # the same -> the units sent to it and not answered yet
     done: set = set()  # the pipes of the workers told that there is no more work
+
+    def feed(conn) -> bool:
+        unit = next(pending, None)
+        if unit is None:
+            return False
+        _send(conn, procs[conn], unit)
+        queued[conn] += 1
+        return True
+
     try:
         for _ in range(jobs):
             unit = next(pending, None)
-            if unit is None:
+            if unit is None:  # fewer units than jobs
                 break
             mine, theirs = ctx.Pipe(duplex=True)
             proc = ctx.Process(target=_serve, args=(theirs, fn, initializer, initargs), daemon=True)
             proc.start()
             theirs.close()
-            procs[mine] = proc
+            procs[mine], queued[mine] = proc, 1
             _send(mine, proc, unit)
-        busy = set(procs)
+        for _ in range(AHEAD - 1):  # a unit waiting in each pipe: a worker never waits for the next one
+            for conn in procs:
+                feed(conn)
+        busy = {conn for conn, n in queued.items() if n}
         while busy:
             for conn in wait(list(busy)):
                 try:
@@ -66,14 +83,12 @@ def run(fn: Callable, units: Iterable, jobs: int, on_result: Callable, *, initia
                     raise _died(procs[conn]) from None
                 if not ok:
                     raise value
-                on_result(value)
-                unit = next(pending, None)
-                if unit is None:
+                queued[conn] -= 1
+                if not feed(conn) and not queued[conn]:
                     busy.discard(conn)
                     done.add(conn)
                     _send(conn, procs[conn], None)  # the worker returns
-                else:
-                    _send(conn, procs[conn], unit)
+                on_result(value)
     finally:
         _stop(procs, done)
 
