@@ -1,7 +1,7 @@
 """migrate's worker processes: pieces of work out, results back, and a stop that cannot hang.
 
-Each worker has a pipe of its own and the parent has no threads: it hands a piece of work to a worker that is
-idle, waits (:func:`multiprocessing.connection.wait`) for whichever answers first, and hands it the next. This
+Each worker has a pipe of its own and the parent has no threads: it sends each worker pieces of work, waits
+(:func:`multiprocessing.connection.wait`) for whichever answers first, and sends that one the next piece. This
 replaces ``multiprocessing.Pool``, whose ``terminate()`` could hang for ever: a worker killed while it held the
 shared result queue's lock left the pool's task-handler thread blocked on that lock, and ``terminate()`` joins
 that thread (seen once in eight full test runs, a full disk with ``--jobs 2``). Here no lock is shared, so a
