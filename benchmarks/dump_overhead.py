@@ -115,9 +115,8 @@ def _msprobe_config(level: str, out: str) -> str:
     return path
 
 
-def worker(variant: str, a) -> dict:
-    import torch
-
+def _setup(torch, a) -> tuple:
+    """One thread, the seeded model and its input, a dump folder, the clock and the grad mode of a worker."""
     torch.set_num_threads(1)
     torch.manual_seed(0)
     model = make_model(torch, d=a.d_model, layers=a.layers)
@@ -125,6 +124,13 @@ def worker(variant: str, a) -> dict:
     out = tempfile.mkdtemp(prefix="dump_overhead_")
     clock = time.process_time if a.clock == "cpu" else time.perf_counter
     grad = torch.enable_grad() if not a.no_grad else torch.no_grad()
+    return model, idx, out, clock, grad
+
+
+def worker(variant: str, a) -> dict:
+    import torch
+
+    model, idx, out, clock, grad = _setup(torch, a)
 
     if variant.startswith("ours"):
         from ascendify.precision import dump
@@ -205,13 +211,7 @@ def breakdown_worker(a) -> dict:
 
     from ascendify.precision import dump, msprobe_io, stats
 
-    torch.set_num_threads(1)
-    torch.manual_seed(0)
-    model = make_model(torch, d=a.d_model, layers=a.layers)
-    idx = torch.randint(0, 1000, (a.batch, a.seq))
-    out = tempfile.mkdtemp(prefix="dump_overhead_")
-    clock = time.process_time if a.clock == "cpu" else time.perf_counter
-    grad = torch.enable_grad() if not a.no_grad else torch.no_grad()
+    model, idx, out, clock, grad = _setup(torch, a)
     stats._kernel(torch.float32)
     kernel, write = stats._fx, msprobe_io.write_step
     if kernel is None:
