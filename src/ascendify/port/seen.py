@@ -144,13 +144,7 @@ def user_site(root: str) -> str | None:
     f = frames.user_frame(2)
     if f is None:
         return None
-    path = f.f_code.co_filename
-    try:
-        rel = os.path.relpath(path, root)
-        path = rel if not rel.startswith("..") else os.path.basename(path)
-    except ValueError:
-        path = os.path.basename(path)
-    return f"{path}:{f.f_lineno}"
+    return f"{_shown(f.f_code.co_filename, root)}:{f.f_lineno}"
 
 
 def defined_at(cls: type, root: str) -> str | None:
@@ -163,12 +157,16 @@ def defined_at(cls: type, root: str) -> str | None:
         return None
     if not path:
         return None
+    return f"{_shown(path, root)}:{line}"
+
+
+def _shown(path: str, root: str) -> str:
+    """``path`` relative to ``root``, or its file name where it lies outside (another drive included)."""
     try:
         rel = os.path.relpath(path, root)
-        path = rel if not rel.startswith("..") else os.path.basename(path)
     except ValueError:
-        path = os.path.basename(path)
-    return f"{path}:{line}"
+        return os.path.basename(path)
+    return rel if not rel.startswith("..") else os.path.basename(path)
 
 def opt_params(opt: Any) -> int:
     return sum(p.numel() for g in opt.param_groups for p in g["params"])
