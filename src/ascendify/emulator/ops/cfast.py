@@ -17,116 +17,36 @@ library would be, so later processes do not try again; ``python -m ascendify.emu
 
 from __future__ import annotations
 
-import hashlib
-import importlib.machinery
-import importlib.util
-import os
-import shutil
-import subprocess
 import sys
-import sysconfig
-import tempfile
 from pathlib import Path
 
-from ascendify.core.fileio import cache_dir
+from ascendify.core.cxx import Extension
 
 ENV = "ASCENDIFY_EMULATE_CKERNELS"
 SOURCE = Path(__file__).with_name("cfast.cpp")
 
-_mod = None
-_tried = False
-_why = ""
+_EXT = Extension(SOURCE, "ascendify_cfast", ENV, "the emulator's C++ kernels")
 
 
 def _library() -> tuple[str, Path]:
     """(module name, path) of the built library for this source, torch and Python."""
-    import torch
-
-    key = "\0".join((SOURCE.read_text(), torch.__version__, torch.__file__, sys.version, sysconfig.get_platform()))
-    name = f"ascendify_cfast_{hashlib.sha256(key.encode()).hexdigest()[:16]}"
-    return name, cache_dir("cfast") / f"{name}{sysconfig.get_config_var('EXT_SUFFIX') or '.so'}"
-
-
-def _command(name: str, src: Path, out: Path) -> list[str]:
-    import torch
-    from torch.utils import cpp_extension
-
-    cxx = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++") or "c++"
-    abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
-    inc = [f"-I{p}" for p in cpp_extension.include_paths()] + [f"-I{sysconfig.get_paths()['include']}"]
-    lib = str(Path(torch.__file__).parent / "lib")
-    return [cxx, "-O2", "-fPIC", "-shared", "-std=c++20", "-w", f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
-            f"-DTORCH_EXTENSION_NAME={name}", "-DTORCH_API_INCLUDE_EXTENSION_H", *inc, str(src), "-o", str(out),
-            f"-L{lib}", f"-Wl,-rpath,{lib}", "-lc10", "-ltorch_cpu", "-ltorch", "-ltorch_python"]
-
-
-def build(dest: Path, name: str) -> str:
-    """Compile ``cfast.cpp`` into ``dest`` (atomically); returns "" or why it failed. Said on stderr (once per
-    machine: a 30 s pause is explained, on a terminal or in a log)."""
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    print("ascendify: compiling the emulator's C++ kernels (once per machine, about 30 s) ...",
-          file=sys.stderr, flush=True)
-    with tempfile.TemporaryDirectory(dir=dest.parent) as tmp:
-        so = Path(tmp) / dest.name
-        try:
-            r = subprocess.run(_command(name, SOURCE, so), capture_output=True, text=True, timeout=600)
-        except (OSError, subprocess.SubprocessError) as e:
-            return f"the C++ compiler could not run: {e}"
-        if r.returncode != 0 or not so.exists():
-            return "the C++ build failed: " + (r.stderr.strip().splitlines() or ["no output"])[-1][:300]
-        os.replace(so, dest)  # a concurrent process sees the old file or the whole new one
-    return ""
+    return _EXT.library()
 
 
 def module(build_if_missing: bool = True):
     """The loaded extension, or None (then :func:`why` says why). With ``build_if_missing=False`` a library not
     built yet gives None and nothing is decided: a later call may build it."""
-    global _mod, _tried, _why
-    if not _tried:
-        mod, why = _load(build_if_missing)
-        if mod is None and why is None:
-            return None
-        _mod, _why, _tried = mod, why, True
-    return _mod
-
-
-def _load(build_if_missing: bool):
-    """(the extension, "") or (None, why); (None, None): not built, and not to be built now."""
-    if os.environ.get(ENV, "1") == "0":
-        return None, f"{ENV}=0"
-    if sys.platform == "win32":
-        return None, "not built on Windows"
-    try:
-        name, dest = _library()
-        failed = dest.with_suffix(".failed")
-        if not dest.exists():
-            if failed.exists():  # a build failed before for this source, torch and Python: not in every process
-                return None, failed.read_text().strip() + f" (remove {failed} to try again)"
-            if not build_if_missing:
-                return None, None
-            err = build(dest, name)
-            if err:
-                try:
-                    failed.write_text(err + "\n")
-                except OSError:
-                    pass
-                return None, err
-        spec = importlib.util.spec_from_loader(name, importlib.machinery.ExtensionFileLoader(name, str(dest)))
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-        return mod, ""
-    except Exception as e:  # a read-only cache, a broken toolchain: the Python kernels serve
-        return None, f"{type(e).__name__}: {e}"
+    return _EXT.module(build_if_missing)
 
 
 def loaded() -> bool:
     """True when the extension is loaded (never builds or loads it)."""
-    return _mod is not None
+    return _EXT.loaded()
 
 
 def why() -> str:
     """Why :func:`module` gave None ("" when it loaded or was not tried)."""
-    return _why
+    return _EXT.why()
 
 
 _DTYPES = {"Double": "float64", "ComplexDouble": "complex128"}
@@ -175,16 +95,7 @@ def attach() -> bool:
 
 def main() -> int:
     """Build (again, after a failure) and load; say which."""
-    try:
-        _library()[1].with_suffix(".failed").unlink()
-    except OSError:
-        pass
-    mod = module()
-    if mod is None:
-        print(f"ascendify: the emulator's C++ kernels are not available: {_why}", file=sys.stderr)
-        return 1
-    print(f"ascendify: the emulator's C++ kernels are built ({Path(mod.__spec__.origin).name})")
-    return 0
+    return _EXT.main()
 
 
 if __name__ == "__main__":
