@@ -15,3 +15,5 @@ PIP=(.venv/bin/python -m pip install -q --disable-pip-version-check)
 .venv/bin/python -c "import torch, ascendify; print('ascendify', ascendify.__version__, 'torch', torch.__version__)"
 # the emulated npu device's C++ kernels (about 30 s once; without a compiler the Python kernels serve)
 .venv/bin/python -m ascendify.emulator.ops.cfast || true
+# the dump's C++ recorder (about 15 s once; without it the Python path records the same dump, slower)
+.venv/bin/python -m ascendify.precision.fastrec || true

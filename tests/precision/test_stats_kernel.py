@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from ascendify.precision import stats, stats_kernel
+from ascendify.precision import dumper, stats, stats_kernel
 
 pytestmark = pytest.mark.skipif(stats_kernel.kernel() is None, reason="no C compiler here: the torch path serves")
 
@@ -139,6 +139,8 @@ def test_the_python_module_and_ctypes_write_the_same_dump(tmp_path, monkeypatch)
             return self.real.fill(*a)
 
     stats._kernel(torch.float32)
+    dumper._connect_fastrec()
+    monkeypatch.setattr(stats, "_cfill", None)  # the C++ recorder's own kernel call: tests/precision/test_fastrec.py
     torch.manual_seed(0)
     m, x = Attn(), torch.randn(2, 8, 16, requires_grad=True)
     docs = []

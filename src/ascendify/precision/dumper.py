@@ -131,6 +131,24 @@ _KEYS = tuple(str(i) for i in range(64))  # argument keys "0", "1", ...
 
 _device_names: dict[torch.device, str] = {}
 
+# fastrec.probe (the C++ recorder's read of a tensor), connected at the first Dumper.start; None: the Python path
+_probe = None
+_fastrec_tried = False
+
+
+def _connect_fastrec() -> None:
+    """Load the C++ recorder (``fastrec``; built on first use) and give its kernel call to the statistics table."""
+    global _probe, _fastrec_tried
+    if _fastrec_tried:
+        return
+    _fastrec_tried = True
+    from ascendify.precision import fastrec, stats
+
+    fns = fastrec.functions()
+    if fns is not None:
+        _probe = fns[0]
+        stats.set_cfill(fns[1])
+
 
 def _meta(t: torch.Tensor) -> tuple[str, tuple[int, ...], bool, str]:
     """(dtype name, shape, requires_grad, device name). The shape is the tensor's ``torch.Size`` (a tuple; copying
@@ -531,6 +549,7 @@ class Dumper:
             return self
         self._started = True
         self._rank = current_rank()
+        _connect_fastrec()
         # A dump keeps its records for a whole step, which makes Python's cyclic GC run full collections that
         # walk every object of the process (torch's own are most of them: ~0.1 s each here). Freezing what exists
         # now keeps those collections to the objects made during the dump; stop() unfreezes. Left alone when the
@@ -547,11 +566,9 @@ class Dumper:
             gc.set_threshold(_GC_YOUNG, *self._gc_threshold[1:])
         if self.model is not None:
             self._register_paths(self.model, "")
+            pre, post = self._pre_hook, self._post_hook
             for m in self.model.modules():
-                self._handles.append(m.register_forward_pre_hook(self._pre_hook, with_kwargs=True))
-                self._handles.append(
-                    m.register_forward_hook(self._post_hook, with_kwargs=True, always_call=True)
-                )
+                self._handles.append(_hook_module(m, pre, post))
         else:
             from torch.nn.modules import module as _m
 
@@ -584,6 +601,9 @@ class Dumper:
         from torch.nn.modules import module as _m
 
         for h in self._handles:
+            if type(h) in (tuple, list):
+                _unhook_module(h)
+                continue
             h.remove()
             # torch's handle of a global hook with kwargs leaves its id in _global_forward_hooks_with_kwargs,
             # and torch.compile then warns about global hooks for the rest of the process
@@ -672,6 +692,9 @@ class Dumper:
     def _stat(self, t: torch.Tensor, defer: bool = False) -> int:
         """Index of ``t``'s statistics vector in this step (computed once per tensor version). ``defer``: an API
         call's output, which may wait for the next call (``StatTable.add``; ``_ApiMode`` settles it)."""
+        p = _probe(t) if _probe is not None else None
+        if p is not None:
+            return self._stat_probed(t, p, defer)
         try:
             ver = t._version
         except RuntimeError:  # inference tensors keep no version counter: summarise them every time
@@ -682,8 +705,24 @@ class Dumper:
             seen = self._seen.get(id(t))
             if seen is not None and seen[1] == ver and seen[0]() is t:
                 return seen[2]
+        return self._stat_new(t, ver, _memory_key(t, ver), defer)
+
+    def _stat_probed(self, t: torch.Tensor, p: tuple, defer: bool) -> int:
+        """``_stat`` with what ``fastrec.probe`` read of ``t`` in one call: (metadata, version, a leaf that requires
+        grad, memory key)."""
+        ver = p[1]
+        if ver is not None:
+            if p[2]:
+                return self._param_stat(t, id(t), ver)
+            seen = self._seen.get(id(t))
+            if seen is not None and seen[1] == ver and seen[0]() is t:
+                return seen[2]
+        return self._stat_new(t, ver, p[3], defer)
+
+    def _stat_new(self, t: torch.Tensor, ver: int | None, skey: tuple | None, defer: bool) -> int:
+        """``_stat`` of a tensor (version) not summarised yet in this step: a view of a summarised tensor's memory
+        (``skey``: ``_memory_key``) reuses its statistics, anything else is read."""
         table = self._table
-        skey = _memory_key(t, ver)
         base = self._storage.get(skey) if skey is not None else None
         if base is not None and base[1] == ver and base[0]() is not None and table.has(base[2]):
             idx = table.add_view(base[2], t)  # a view of the same elements: same statistics
@@ -777,6 +816,9 @@ class Dumper:
     def _item(self, t: torch.Tensor, key: str, defer: bool = False) -> tuple:
         """``(key, metadata, statistics row)`` of a tensor; an uninitialised parameter of a lazy module (no shape,
         no values yet) as a value without statistics."""
+        p = _probe(t) if _probe is not None else None
+        if p is not None:
+            return (key, p[0], self._stat_probed(t, p, defer))
         try:
             meta = _meta(t)
         except RuntimeError:
@@ -933,8 +975,14 @@ class Dumper:
             if _is_lazy(p):
                 lazy = True
                 continue
-            rec.params[pname] = (_meta(p), self._stat(p))
-            if self.backward and p.requires_grad and id(p) not in self._param_handles:
+            probed = _probe(p) if _probe is not None else None
+            if probed is not None:
+                meta = probed[0]
+                rec.params[pname] = (meta, self._stat_probed(p, probed, False))
+            else:
+                meta = _meta(p)
+                rec.params[pname] = (meta, self._stat(p))
+            if self.backward and meta[2] and id(p) not in self._param_handles:
                 self._param_handles[id(p)] = _add_grad_hook(p, self._param_grad_hook(rec.module_path, rec.class_name,
                                                                                      pname))
         if rec.lazy is not None:  # the module returned: parameters in the module's order
@@ -1159,6 +1207,40 @@ def _footprint(t: torch.Tensor) -> int | tuple[tuple[int, int], ...]:
     return tuple(runs)
 
 
+def _hook_module(m: torch.nn.Module, pre, post) -> Any:
+    """``m.register_forward_pre_hook(pre, with_kwargs=True)`` and ``m.register_forward_hook(post, with_kwargs=True,
+    always_call=True)`` without their two ``RemovableHandle`` objects (and the three weak references each makes:
+    most of a dump's start on a model of many modules, paid at every step that ``ascendify dump`` starts). The
+    dictionaries and ids are torch's own (ids drawn from ``RemovableHandle``'s counter, so none is shared); a module
+    without them gets the two handles. Returns what :func:`_unhook_module` takes."""
+    try:
+        pre_hooks, pre_kw = m._forward_pre_hooks, m._forward_pre_hooks_with_kwargs
+        hooks, kw, always = m._forward_hooks, m._forward_hooks_with_kwargs, m._forward_hooks_always_called
+    except AttributeError:
+        return [m.register_forward_pre_hook(pre, with_kwargs=True),
+                m.register_forward_hook(post, with_kwargs=True, always_call=True)]  # fmt: skip
+    i = _RemovableHandle.next_id
+    _RemovableHandle.next_id = i + 2
+    pre_hooks[i] = pre
+    pre_kw[i] = True
+    hooks[i + 1] = post
+    kw[i + 1] = True
+    always[i + 1] = True
+    return (m, i)
+
+
+def _unhook_module(h: Any) -> None:
+    if isinstance(h, list):
+        for handle in h:
+            handle.remove()
+        return
+    m, i = h
+    for d, key in ((m._forward_pre_hooks, i), (m._forward_pre_hooks_with_kwargs, i), (m._forward_hooks, i + 1),
+                   (m._forward_hooks_with_kwargs, i + 1), (m._forward_hooks_always_called, i + 1)):  # fmt: skip
+        d.pop(key, None)
+
+
+_RemovableHandle = torch.utils.hooks.RemovableHandle
 _hook_keys = itertools.count(-1, -1)  # torch's own hook handles count up from 0
 
 

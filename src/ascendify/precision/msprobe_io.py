@@ -39,8 +39,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ascendify.core.fileio import write_atomic
-
 try:  # ~15x faster than json for a step's ~100 KB document (1.6 ms -> 0.1 ms, benchmarks/dump_overhead.py)
     import orjson as _orjson
 except ImportError:  # pragma: no cover - a dependency; json serves where it is missing
@@ -147,8 +145,14 @@ def _write_step(dumper, recs, rows, folder: Path) -> Path:
             return e
         return _tensor_entry(node_name, role, meta, idx)
 
+    stats_only = dumper.mode == "stats"
+
     def _tensor_entry(node_name: str, role: str, meta, idx) -> dict[str, Any]:
         mx, mn, mean, norm, fp, nans, infs = summary(meta, idx)
+        if stats_only:  # most dumps: no file, no checksum; one dict display, in the order below
+            return {"type": "torch.Tensor", "dtype": meta[0], "shape": list(meta[1]), "Max": mx, "Min": mn,
+                    "Mean": mean, "Norm": norm, "requires_grad": meta[2], "fingerprint": fp, "nan_count": nans,
+                    "inf_count": infs, "device": meta[3]}  # fmt: skip
         e: dict[str, Any] = {
             "type": "torch.Tensor",
             "dtype": meta[0],
@@ -225,64 +229,80 @@ def _write_step(dumper, recs, rows, folder: Path) -> Path:
     construct: dict[str, str | None] = {}
     stacks: dict[str, list[str]] = {}
     texts: dict[Any, tuple] = {}  # a source location -> its texts (many calls share a line)
-    for order, rec in enumerate(recs):
-        got = texts.get(rec.source)
-        if got is None:
-            got = texts[rec.source] = dumper.source_text(rec.source)
-        src, stack_line = got
-        entry: dict[str, Any] = {}
-        outs = rec.outputs
+    source_text = dumper.source_text
+    n_flat = len(_FLAT_LISTS)
+
+    def forward_entry(rec, order: int, src: str | None) -> dict[str, Any]:
+        asc = _asc(rec, order, src)
+        args, outs = rec.args, rec.outputs
         if (
-            shared is not None and rec.direction == "forward" and (not rec.args or _is_positional(rec.args[-1][0]))
+            shared is not None and (not args or args[-1][0][:1].isdigit())
             and (not outs or (len(outs) == 1 and outs[0][0] == "0"))
         ):  # fmt: skip
-            # most calls: no keyword arguments (the dumper records them after the positional ones), one output
-            args = rec.args
-            flat = len(args) < len(_FLAT_LISTS) and [it[0] for it in args] == _FLAT_LISTS[len(args)]
-            entry["input_args"] = flat_entries(args) if flat else _nest(args, shared_entry)
-            entry["input_kwargs"] = {}
-            entry["output"] = flat_entries(outs)
+            # most calls: no keyword arguments (the dumper records them after the positional ones), one output;
+            # the entry as one dict display (the keys in msprobe's order, ours last)
+            n = len(args)
+            ins = flat_entries(args) if n < n_flat and [it[0] for it in args] == _FLAT_LISTS[n] else _nest(
+                args, shared_entry)  # fmt: skip
             if rec.kind == "module":
-                entry["parameters"] = {p: shared_entry((p, meta, idx)) for p, (meta, idx) in rec.params.items()}
-        elif rec.direction == "forward":
-            args = [x for x in rec.args if _is_positional(x[0])]
-            kwargs = [x for x in rec.args if not _is_positional(x[0])]
-            entry["input_args"] = _nest(args, lambda it, nm=rec.name: value_entry(nm, f"input.{it[0]}", it))
-            entry["input_kwargs"] = {
-                it[0]: value_entry(rec.name, f"input.{it[0]}", it) for it in kwargs if "." not in it[0]
-            }
-            for it in kwargs:  # a list passed by keyword: nest under its name
-                if "." in it[0]:
-                    head = it[0].split(".")[0]
-                    entry["input_kwargs"].setdefault(head, [])
-                    if isinstance(entry["input_kwargs"][head], list):
-                        entry["input_kwargs"][head].append(value_entry(rec.name, f"input.{it[0]}", it))
-            if all(_is_positional(it[0]) for it in rec.outputs):
-                entry["output"] = _nest(rec.outputs, lambda it, nm=rec.name: value_entry(nm, f"output.{it[0]}", it))
-            else:  # a dict (a ModelOutput): a flat list in its order, each entry keeping its key
-                entry["output"] = []
-                for i, it in enumerate(rec.outputs):
-                    v = value_entry(rec.name, f"output.{i}", it)
-                    if isinstance(v, dict):
-                        v = {**v, "key": it[0]}  # entries are shared between nodes: never changed in place
-                    entry["output"].append(v)
-            if rec.kind == "module":
-                entry["parameters"] = {
-                    p: tensor_entry(rec.name, f"parameters.{p}", meta, idx) for p, (meta, idx) in rec.params.items()
-                }
-        else:
-            entry["input"] = _nest(_dense(rec.args), lambda it, nm=rec.name: value_entry(nm, f"input.{it[0]}", it))
-            entry["output"] = _nest(_dense(rec.outputs), lambda it, nm=rec.name: value_entry(nm, f"output.{it[0]}", it))
-        entry["ascendify"] = {
-            "kind": rec.kind,
-            "module_path": rec.module_path,
-            "api": rec.api,
-            "class_name": rec.class_name,
-            "order": order,
-            "call_index": rec.call_index,
-            "source": src,
-            "autocast": rec.autocast,
+                return {"input_args": ins, "input_kwargs": {}, "output": flat_entries(outs),
+                        "parameters": {p: shared_entry((p, meta, idx)) for p, (meta, idx) in rec.params.items()},
+                        "ascendify": asc}  # fmt: skip
+            return {"input_args": ins, "input_kwargs": {}, "output": flat_entries(outs), "ascendify": asc}
+        entry: dict[str, Any] = {}
+        args = [x for x in rec.args if _is_positional(x[0])]
+        kwargs = [x for x in rec.args if not _is_positional(x[0])]
+        entry["input_args"] = _nest(args, lambda it, nm=rec.name: value_entry(nm, f"input.{it[0]}", it))
+        entry["input_kwargs"] = {
+            it[0]: value_entry(rec.name, f"input.{it[0]}", it) for it in kwargs if "." not in it[0]
         }
+        for it in kwargs:  # a list passed by keyword: nest under its name
+            if "." in it[0]:
+                head = it[0].split(".")[0]
+                entry["input_kwargs"].setdefault(head, [])
+                if isinstance(entry["input_kwargs"][head], list):
+                    entry["input_kwargs"][head].append(value_entry(rec.name, f"input.{it[0]}", it))
+        if all(_is_positional(it[0]) for it in rec.outputs):
+            entry["output"] = _nest(rec.outputs, lambda it, nm=rec.name: value_entry(nm, f"output.{it[0]}", it))
+        else:  # a dict (a ModelOutput): a flat list in its order, each entry keeping its key
+            entry["output"] = []
+            for i, it in enumerate(rec.outputs):
+                v = value_entry(rec.name, f"output.{i}", it)
+                if isinstance(v, dict):
+                    v = {**v, "key": it[0]}  # entries are shared between nodes: never changed in place
+                entry["output"].append(v)
+        if rec.kind == "module":
+            entry["parameters"] = {
+                p: tensor_entry(rec.name, f"parameters.{p}", meta, idx) for p, (meta, idx) in rec.params.items()
+            }
+        entry["ascendify"] = asc
+        return entry
+
+    # statistics mode: the forward entries as JSON text, written by the C++ recorder (fastrec.entries) in one call
+    fast = _fast_entries() if stats_only else None
+    specs: list[tuple] = []
+    spec_recs: list[tuple] = []
+    for order, rec in enumerate(recs):
+        source = rec.source
+        got = texts.get(source)
+        if got is None:
+            got = texts[source] = source_text(source)
+        src, stack_line = got
+        if rec.direction == "forward":
+            if fast is not None:
+                entry = None  # a place in the order, filled below
+                specs.append((rec.name, rec.args, rec.outputs, rec.params if rec.kind == "module" else None,
+                              (rec.kind, rec.module_path, rec.api, rec.class_name, order, rec.call_index, src,
+                               rec.autocast)))  # fmt: skip
+                spec_recs.append((rec, order, src))
+            else:
+                entry = forward_entry(rec, order, src)
+        else:
+            entry = {
+                "input": _nest(_dense(rec.args), lambda it, nm=rec.name: value_entry(nm, f"input.{it[0]}", it)),
+                "output": _nest(_dense(rec.outputs), lambda it, nm=rec.name: value_entry(nm, f"output.{it[0]}", it)),
+                "ascendify": _asc(rec, order, src),
+            }
         data[rec.name] = entry
         construct[rec.name] = rec.parent
         if stack_line:
@@ -293,6 +313,9 @@ def _write_step(dumper, recs, rows, folder: Path) -> Path:
                 p: [tensor_entry(gname, p, meta, idx)] for p, (meta, idx) in rec.grads.items()
             }
             construct[gname] = None
+    if specs:
+        for i in fast(specs, rows, _orjson.Fragment, data):  # what it left (a nested or unusual value): as above
+            data[spec_recs[i][0].name] = forward_entry(*spec_recs[i])
 
     import torch as _t
 
@@ -317,7 +340,16 @@ def _write_step(dumper, recs, rows, folder: Path) -> Path:
     # the files written before it are only read through it
     _write_plain(folder / "stack.json", _dumps(stack_doc), fresh)
     _write_plain(folder / "construct.json", _dumps(construct), fresh)
-    write_atomic(folder / "dump.json", _dumps(doc), mode=0o644, durable=False)
+    if specs:
+        try:
+            body = _orjson.dumps(doc) + b"\n"
+        except (TypeError, _orjson.JSONEncodeError):  # a value orjson refuses elsewhere: json writes all, without text
+            for rec, order, src in spec_recs:
+                data[rec.name] = forward_entry(rec, order, src)
+            body = _dumps(doc)
+    else:
+        body = _dumps(doc)
+    _write_last(folder / "dump.json", body)
     return folder
 
 
@@ -420,18 +452,56 @@ def _mark(root: Path, who: str, program: str, **info: Any) -> None:
 
 
 def _write_plain(path: Path, data: bytes | str, fresh: bool = False) -> None:
-    """Write ``path`` in a step folder. ``fresh``: the folder was made by this write of the step (nothing of an
-    earlier dump in it to remove first)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    for old in () if fresh else (path.parent / "dump.json", path):
+    """Write ``path`` in a step folder (made when missing). ``fresh``: the folder was made by this write of the
+    step (nothing of an earlier dump in it to remove first). Plain ``os`` calls: a dump writes three files a step,
+    and ``pathlib``'s and ``open()``'s layers cost more than the system calls (``benchmarks/dump_overhead.py``)."""
+    p = os.fspath(path)
+    if not fresh:
         # rewriting a step: it stays "interrupted" until the new dump.json lands. The file itself is removed
         # first too: ext4 flushes a truncated file's new data at close (auto_da_alloc), ~0.5 ms a file
+        for old in (os.path.join(os.path.dirname(p), "dump.json"), p):
+            try:
+                os.unlink(old)
+            except FileNotFoundError:
+                pass
+    _write_file(p, data, 0o666)
+
+
+def _write_last(path: Path, data: bytes) -> None:
+    """Write a step's ``dump.json`` atomically (a temporary file beside it, renamed over it), mode 0o644 whatever
+    the umask, without an fsync (only a power loss can lose it); a failure removes the temporary file."""
+    p = os.fspath(path)
+    tmp = os.path.join(os.path.dirname(p), f".dump.json.{os.getpid()}.tmp")
+    try:
+        _write_file(tmp, data, 0o644, chmod=True)
+        os.replace(tmp, p)
+    except BaseException:
         try:
-            old.unlink()
-        except FileNotFoundError:
+            os.unlink(tmp)
+        except OSError:
             pass
-    with open(path, "wb") as f:
-        f.write(data.encode("utf-8") if isinstance(data, str) else data)
+        raise
+
+
+_O_NEW = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0)
+
+
+def _write_file(p: str, data: bytes | str, mode: int, chmod: bool = False) -> None:
+    if isinstance(data, str):
+        data = data.encode("utf-8")
+    try:
+        fd = os.open(p, _O_NEW, mode)
+    except FileNotFoundError:  # the step's folder (or its tensor folder) is new
+        os.makedirs(os.path.dirname(p), exist_ok=True)
+        fd = os.open(p, _O_NEW, mode)
+    try:
+        if chmod:
+            os.fchmod(fd, mode)  # the umask may have taken bits off
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
 
 
 def _link(src: Path, dst: Path) -> None:
@@ -441,6 +511,21 @@ def _link(src: Path, dst: Path) -> None:
         os.link(src, dst)
     except OSError:
         _write_plain(dst, src.read_bytes())
+
+
+def _asc(rec, order: int, src: str | None) -> dict[str, Any]:
+    """A node's ``ascendify`` entry: what msprobe's layout has no place for."""
+    return {"kind": rec.kind, "module_path": rec.module_path, "api": rec.api, "class_name": rec.class_name,
+            "order": order, "call_index": rec.call_index, "source": src, "autocast": rec.autocast}  # fmt: skip
+
+
+def _fast_entries():
+    """``fastrec.entries`` where the C++ recorder is loaded and orjson can take its text, else None."""
+    if _orjson is None or not hasattr(_orjson, "Fragment"):
+        return None
+    from ascendify.precision import fastrec
+
+    return fastrec.entries()
 
 
 _FLAT_KEYS = tuple(str(i) for i in range(64))

@@ -120,6 +120,22 @@ _DEFER_MIN = 1 << 16  # elements: a smaller tensor is cheap to read twice (it is
 _MAXDIM = 16  # stats_kernel.MAXDIM
 
 
+_cfill = None  # fastrec's fill (the kernel's call for a contiguous tensor in one C++ call), once the dumper loaded it
+
+
+def set_cfill(fn) -> None:
+    """Give :meth:`StatTable._fast` the C++ recorder's ``fill`` (``fastrec``); None: the Python path only."""
+    global _cfill
+    _kernel(torch.float32)  # the plans and kernels it shares are set up first
+    _cfill = fn
+
+
+def _pu1_host() -> bool:
+    """Tensors of the privateuse1 device are host memory: the emulated npu is on."""
+    rt = sys.modules.get("ascendify.emulator.runtime")
+    return rt is not None and bool(getattr(rt, "enabled", False))
+
+
 def _kernel(dtype: torch.dtype):
     global _kernel_fns, _fx
     if _kernel_fns is None:
@@ -203,12 +219,13 @@ class StatTable:
 
     def __init__(self, capacity: int = 256):
         self.n = 0
+        # the host rows are made with the first row (a dump makes a table for every step, and a last empty one)
         self._cap = max(1, capacity)
-        self._host = torch.empty(self._cap, STAT_LEN)
-        self._base = self._host.data_ptr()
+        self._host: torch.Tensor | None = None
+        self._base = 0
         self._dev: dict[int, torch.Tensor] = {}  # rows torch computed
         self._none: set[int] = set()  # no statistics (empty, complex, another layout, a failure)
-        self._dims = (ctypes.c_int64 * (2 * _MAXDIM))()
+        self._dims: ctypes.Array | None = None  # the ctypes kernels' sizes and strides (without stats_kernel.ext)
         # the deferred tensor (``add(defer=True)``): (tensor, row, version), and the views of it added meanwhile
         self.pending: tuple[torch.Tensor, int, int] | None = None
         self._views: list[tuple[torch.Tensor, int]] = []
@@ -218,7 +235,10 @@ class StatTable:
 
     def _next(self) -> int:
         i = self.n
-        if i == self._cap:
+        if self._host is None:
+            self._host = torch.empty(self._cap, STAT_LEN)
+            self._base = self._host.data_ptr()
+        elif i == self._cap:
             grown = torch.empty(2 * self._cap, STAT_LEN)
             grown[:i].copy_(self._host)
             self._host, self._base, self._cap = grown, grown.data_ptr(), 2 * self._cap
@@ -230,6 +250,9 @@ class StatTable:
         return i not in self._none
 
     def _fast(self, t: torch.Tensor, i: int, head: int | None) -> bool:
+        if _cfill is not None and _cfill(t, self._base + i * _ROW, None if head is None else self._base + head * _ROW,
+                                         _plans, _pu1_host(), 0):
+            return True  # a contiguous float tensor in host memory whose plan is built: one C++ call
         fn = _kernel_fns.get(t.dtype) if _kernel_fns is not None else _kernel(t.dtype)
         if fn is None:
             if t.dtype in _HALF or not _host_memory(t):
@@ -253,6 +276,8 @@ class StatTable:
             _fx.fill(_KINDS[t.dtype], ptr, shape, stride, pos, k, w, scale, hp, self._base + i * _ROW, offs)
             return True
         dims = self._dims
+        if dims is None:
+            dims = self._dims = (ctypes.c_int64 * (2 * _MAXDIM))()
         if nd:
             dims[0:nd] = shape
             dims[_MAXDIM : _MAXDIM + nd] = stride
@@ -269,6 +294,13 @@ class StatTable:
         if self.pending is not None:
             self.settle()
         i = self._next()
+        if _cfill is not None:  # the C++ recorder: read now, deferred, or left to the checks below
+            got = _cfill(t, self._base + i * _ROW, None, _plans, _pu1_host(), _DEFER_MIN if defer else 0)
+            if got == 1:
+                return i
+            if got == 2:
+                self.pending = (t, i, t._version)
+                return i
         if defer:
             try:
                 if (t.numel() >= _DEFER_MIN and _kernel(t.dtype) is not None and t.layout == torch.strided
@@ -281,6 +313,8 @@ class StatTable:
         return i
 
     def _fill(self, t: torch.Tensor, i: int) -> None:
+        if _cfill is not None and _cfill(t, self._base + i * _ROW, None, _plans, _pu1_host(), 0) == 1:
+            return
         try:
             if not t.numel() or t.layout is not _STRIDED or t.is_complex():  # not _summarisable(t)
                 self._none.add(i)
@@ -388,8 +422,18 @@ class StatTable:
     def rows(self) -> list[list[float] | None]:
         """Every row on the host as Python floats (one transfer per device for the rows torch made)."""
         self.settle()
+        n = self.n
+        if not n:
+            return []
+        # the host rows read through a memoryview: torch's tolist, with grad and torch-function handling switched
+        # off around it, cost several times as much right after a forward (a dump's fixed cost per step)
+        flat = memoryview((ctypes.c_float * (n * STAT_LEN)).from_address(self._base)).cast("B").cast("f").tolist()
+        out: list[list[float] | None] = [flat[i : i + STAT_LEN] for i in range(0, n * STAT_LEN, STAT_LEN)]
+        if not self._dev:
+            for i in self._none:
+                out[i] = None
+            return out
         with torch.no_grad(), torch._C.DisableTorchFunction():
-            out: list[list[float] | None] = self._host[: self.n].tolist()
             groups: dict[str, list[int]] = {}
             for i, v in self._dev.items():
                 groups.setdefault(str(v.device), []).append(i)
@@ -420,8 +464,8 @@ def view_vector(base_vec: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
     ``base_vec``: the statistics are the same, only the fingerprint (which depends on positions) is new."""
     table = StatTable(2)
     if base_vec.device.type == "cpu" and base_vec.dtype == torch.float32:
-        table._host[0].copy_(base_vec)
         table._next()
+        table._host[0].copy_(base_vec)
     else:
         table.add_vector(base_vec)
     return table.vector(table.add_view(0, t))

@@ -1,0 +1,604 @@
+// The dump's per-tensor path in C++ (precision/fastrec.py): what the recorder reads of a tensor, and the statistics
+// kernel's call for a contiguous tensor, in one call each, with no Python attribute access. The Python path
+// (dumper._meta, dumper._memory_key, stats.StatTable._fast) is the reference: tests/precision/test_fastrec.py
+// checks that both give the same answers.
+#include <Python.h>
+#include <torch/csrc/autograd/python_variable.h>
+#include <torch/csrc/Size.h>
+#include <torch/csrc/DynamicTypes.h>
+#include <torch/csrc/Device.h>
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <map>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace {
+constexpr int MAXDIM = 16;
+typedef void (*vec_fn)(const void*, int, const int64_t*, const int64_t*, int64_t, const float*, float, const float*,
+                       float*, const int64_t*);
+vec_fn kinds[3] = {nullptr, nullptr, nullptr};
+PyObject* plain_types[2] = {nullptr, nullptr};  // torch.Tensor, torch.nn.Parameter
+PyObject* dtype_names[64] = {nullptr};
+std::map<std::pair<int, int>, PyObject*> device_names;
+PyObject* cpu_name = nullptr;
+
+bool plain(PyObject* o) {
+  PyObject* t = (PyObject*)Py_TYPE(o);
+  return t == plain_types[0] || t == plain_types[1];
+}
+
+PyObject* dtype_name(c10::ScalarType st) {
+  int i = (int)st;
+  if (i < 0 || i >= 64) { PyErr_SetString(PyExc_ValueError, "fastrec: a dtype beyond the table"); return nullptr; }
+  if (!dtype_names[i]) {
+    PyObject* d = (PyObject*)torch::getTHPDtype(st);
+    dtype_names[i] = PyObject_Str(d);
+    if (!dtype_names[i]) return nullptr;
+  }
+  Py_INCREF(dtype_names[i]);
+  return dtype_names[i];
+}
+
+PyObject* device_name(const at::Tensor& t) {
+  if (t.is_cpu()) { Py_INCREF(cpu_name); return cpu_name; }
+  c10::Device d = t.device();
+  auto key = std::make_pair((int)d.type(), (int)d.index());
+  auto it = device_names.find(key);
+  if (it == device_names.end()) {
+    PyObject* dev = THPDevice_New(d);
+    if (!dev) return nullptr;
+    PyObject* s = PyObject_Str(dev);
+    Py_DECREF(dev);
+    if (!s) return nullptr;
+    it = device_names.emplace(key, s).first;
+  }
+  Py_INCREF(it->second);
+  return it->second;
+}
+
+// _footprint's runs: (size, stride) in memory order, contiguous neighbours merged; one run of stride 1 is dense
+std::vector<std::pair<int64_t, int64_t>> footprint_runs(c10::IntArrayRef sizes, c10::IntArrayRef strides) {
+  std::vector<std::pair<int64_t, int64_t>> dims;
+  for (size_t d = 0; d < sizes.size(); d++) if (sizes[d] != 1) dims.emplace_back(sizes[d], strides[d]);
+  std::stable_sort(dims.begin(), dims.end(), [](const auto& a, const auto& b) {
+    // the key (-stride if stride else -inf, -size), ascending
+    bool a0 = a.second == 0, b0 = b.second == 0;
+    if (a0 != b0) return a0;  // stride 0 first
+    if (!a0 && a.second != b.second) return a.second > b.second;
+    return a.first > b.first;
+  });
+  std::vector<std::pair<int64_t, int64_t>> runs;
+  for (auto& [sz, st] : dims) {
+    if (!runs.empty() && runs.back().second == st * sz) { runs.back().first *= sz; runs.back().second = st; }
+    else runs.emplace_back(sz, st);
+  }
+  return runs;
+}
+
+// What probe reads of a tensor, as C++ values: read first, so that no C++ exception is thrown once Python objects
+// are made (a tensor whose data pointer may not be taken, a nested tensor without sizes: see probe)
+struct Reads {
+  c10::ScalarType dtype;
+  std::vector<int64_t> sizes;
+  bool requires_grad, leaf, inference;
+  int64_t version = 0;
+  void* ptr = nullptr;  // null: no memory key
+  bool dense = false;   // footprint = numel
+  int64_t numel = 0;
+  std::vector<std::pair<int64_t, int64_t>> runs;
+};
+
+// probe(t) -> None (left to the Python path) or (meta, version or None, leaf that requires grad, memory key or
+// None): what dumper._meta, Tensor._version, requires_grad and is_leaf, and dumper._memory_key give
+PyObject* probe(PyObject*, PyObject* o) {
+  if (!plain(o)) Py_RETURN_NONE;
+  Reads r;
+  const at::Tensor* tp;
+  try {
+    const at::Tensor& t = THPVariable_Unpack(o);
+    if (!t.defined()) Py_RETURN_NONE;
+    tp = &t;
+    r.dtype = t.scalar_type();
+    auto sizes = t.sizes();
+    r.sizes.assign(sizes.begin(), sizes.end());
+    r.requires_grad = t.requires_grad();
+    r.leaf = r.requires_grad && t.is_leaf();
+    r.inference = t.is_inference();
+    if (!r.inference) {
+      r.version = (int64_t)t._version();
+      r.numel = t.numel();
+      if (r.numel && t.layout() == c10::kStrided && t.has_storage()) {
+        try {
+          r.ptr = t.data_ptr();
+        } catch (const std::exception&) {
+          r.ptr = nullptr;  // as _memory_key: no key where the data pointer cannot be read
+        }
+        if (r.ptr) {
+          if (t.is_contiguous()) r.dense = true;
+          else {
+            r.runs = footprint_runs(t.sizes(), t.strides());
+            r.dense = r.runs.size() == 1 && r.runs[0].second == 1;
+            if (r.dense) r.numel = r.runs[0].first;
+          }
+        }
+      }
+    }
+  } catch (const std::exception&) {
+    Py_RETURN_NONE;  // nothing made yet: the Python path reads it (and says what is wrong, if anything)
+  }
+  const at::Tensor& t = *tp;
+  PyObject* name = dtype_name(r.dtype);
+  if (!name) return nullptr;
+  PyObject* shape = THPSizeType.tp_alloc(&THPSizeType, (Py_ssize_t)r.sizes.size());
+  if (shape) {
+    for (size_t d = 0; d < r.sizes.size(); d++) {
+      PyObject* v = PyLong_FromLongLong(r.sizes[d]);
+      if (!v) { Py_CLEAR(shape); break; }
+      PyTuple_SET_ITEM(shape, (Py_ssize_t)d, v);
+    }
+  }
+  PyObject* dev = shape ? device_name(t) : nullptr;
+  if (!shape || !dev) { Py_DECREF(name); Py_XDECREF(shape); Py_XDECREF(dev); return nullptr; }
+  PyObject* meta = PyTuple_Pack(4, name, shape, r.requires_grad ? Py_True : Py_False, dev);
+  Py_DECREF(name); Py_DECREF(shape); Py_DECREF(dev);
+  if (!meta) return nullptr;
+  if (r.inference) return Py_BuildValue("(NOOO)", meta, Py_None, r.leaf ? Py_True : Py_False, Py_None);
+  PyObject* skey = Py_None;
+  Py_INCREF(skey);
+  if (r.ptr) {
+    PyObject* fp;
+    if (r.dense) fp = PyLong_FromLongLong(r.numel);
+    else {
+      fp = PyTuple_New((Py_ssize_t)r.runs.size());
+      for (size_t i = 0; fp && i < r.runs.size(); i++) {
+        PyObject* run = Py_BuildValue("(LL)", (long long)r.runs[i].first, (long long)r.runs[i].second);
+        if (!run) { Py_CLEAR(fp); break; }
+        PyTuple_SET_ITEM(fp, (Py_ssize_t)i, run);
+      }
+    }
+    Py_DECREF(skey);
+    skey = fp ? Py_BuildValue("(NON)", PyLong_FromVoidPtr(r.ptr), (PyObject*)torch::getTHPDtype(r.dtype), fp) : nullptr;
+    if (!skey) { Py_DECREF(meta); return nullptr; }
+  }
+  return Py_BuildValue("(NLON)", meta, (long long)r.version, r.leaf ? Py_True : Py_False, skey);
+}
+
+// fill(t, row, head or None, plans, privateuse1_is_host, defer_min) -> 1: the row written (a contiguous float32,
+// bfloat16 or float16 tensor in host memory whose fingerprint plan is in plans); 2: not read, to be deferred
+// (defer_min > 0 and the tensor, which it could read, has at least that many elements: StatTable.add); 0: not
+// handled here (the Python path decides: another dtype or layout, an empty tensor, a plan not built yet).
+PyObject* fill(PyObject*, PyObject* const* a, Py_ssize_t n) {
+  if (n != 6) { PyErr_SetString(PyExc_TypeError, "fill takes 6 arguments"); return nullptr; }
+  PyObject* o = a[0];
+  if (!plain(o)) return PyLong_FromLong(0);
+  try {
+    const at::Tensor& t = THPVariable_Unpack(o);
+    int kind;
+    switch (t.scalar_type()) {
+      case c10::kFloat: kind = 0; break;
+      case c10::kBFloat16: kind = 1; break;
+      case c10::kHalf: kind = 2; break;
+      default: return PyLong_FromLong(0);
+    }
+    if (!kinds[kind] || t.layout() != c10::kStrided || !t.has_storage()) return PyLong_FromLong(0);
+    if (!t.is_cpu() && !(a[4] == Py_True && t.device().type() == c10::DeviceType::PrivateUse1))
+      return PyLong_FromLong(0);
+    int64_t nd = t.dim();
+    int64_t numel = t.numel();
+    if (nd > MAXDIM || numel == 0 || !t.is_contiguous()) return PyLong_FromLong(0);
+    const void* x = t.data_ptr();
+    if (!x) return PyLong_FromLong(0);
+    long long defer_min = PyLong_AsLongLong(a[5]);
+    if (defer_min == -1 && PyErr_Occurred()) return nullptr;
+    if (defer_min > 0 && numel >= defer_min && !t.is_inference()) return PyLong_FromLong(2);  // it has a version
+    PyObject* key = PyLong_FromLongLong(numel);
+    if (!key) return nullptr;
+    PyObject* plan = PyDict_GetItemWithError(a[3], key);
+    Py_DECREF(key);
+    if (!plan) { if (PyErr_Occurred()) return nullptr; return PyLong_FromLong(0); }
+    if (!PyTuple_Check(plan) || PyTuple_GET_SIZE(plan) < 5) return PyLong_FromLong(0);
+    PyObject* pp = PyTuple_GET_ITEM(plan, 0);
+    const int64_t* pos = pp == Py_None ? nullptr : (const int64_t*)PyLong_AsVoidPtr(pp);
+    int64_t k = PyLong_AsLongLong(PyTuple_GET_ITEM(plan, 1));
+    const float* w = (const float*)PyLong_AsVoidPtr(PyTuple_GET_ITEM(plan, 2));
+    double scale = PyFloat_AsDouble(PyTuple_GET_ITEM(plan, 3));
+    float* out = (float*)PyLong_AsVoidPtr(a[1]);
+    const float* head = a[2] == Py_None ? nullptr : (const float*)PyLong_AsVoidPtr(a[2]);
+    if (PyErr_Occurred()) return nullptr;
+    if (!out || !w) { PyErr_SetString(PyExc_ValueError, "fill: a null pointer"); return nullptr; }
+    int64_t dims[2 * MAXDIM];
+    auto sizes = t.sizes();
+    auto strides = t.strides();
+    for (int64_t d = 0; d < nd; d++) { dims[d] = sizes[d]; dims[MAXDIM + d] = strides[d]; }
+    Py_INCREF(plan);  // its tensors (positions, weights) stay alive while the GIL is released
+    Py_BEGIN_ALLOW_THREADS
+    kinds[kind](x, (int)nd, dims, pos, k, w, (float)scale, head, out, nullptr);
+    Py_END_ALLOW_THREADS
+    Py_DECREF(plan);
+    return PyLong_FromLong(1);
+  } catch (const std::exception&) {
+    return PyLong_FromLong(0);
+  }
+}
+
+// init(kernel addresses (3, 0 where none), torch.Tensor, torch.nn.Parameter)
+PyObject* init(PyObject*, PyObject* args) {
+  unsigned long long k0, k1, k2; PyObject *tt, *pt;
+  if (!PyArg_ParseTuple(args, "(KKK)OO", &k0, &k1, &k2, &tt, &pt)) return nullptr;
+  kinds[0] = (vec_fn)(uintptr_t)k0; kinds[1] = (vec_fn)(uintptr_t)k1; kinds[2] = (vec_fn)(uintptr_t)k2;
+  Py_INCREF(tt); Py_INCREF(pt);
+  plain_types[0] = tt; plain_types[1] = pt;
+  if (!cpu_name) cpu_name = PyUnicode_InternFromString("cpu");
+  if (!cpu_name) return nullptr;
+  Py_RETURN_NONE;
+}
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------- the step's entries
+// entries(specs, rows, Fragment, data): the dump.json entries of a statistics step's forward nodes as JSON text
+// (what msprobe_io._write_step builds from dicts: the same values, read back), each put in data[name] as
+// orjson.Fragment(text); the keys are already in data, so the order stays the recs'. specs: (name, args, outputs,
+// parameters or None, (kind, module_path, api, class_name, order, call_index, source, autocast)); rows: the step's
+// statistics rows (lists of 14 floats, or None). Returns the indices of the specs it left to the Python path: keys
+// nested deeper than one list, a list passed by keyword, an output that is a dict, a value of another type.
+namespace {
+PyObject *s_type, *s_value;  // interned attribute names of ScalarArg
+
+struct Parts {  // a statistics row's text for one shape: before and after "requires_grad"
+  long long numel;
+  std::string head, tail;
+};
+
+struct Writer {
+  std::string o;
+  PyObject* rows = nullptr;
+  std::vector<std::vector<Parts>> cache;  // by row: a tensor named by several calls is formatted once per shape
+
+  void lit(const char* s) { o.append(s); }
+  void integer(long long x) {
+    char buf[24];
+    auto r = std::to_chars(buf, buf + sizeof buf, x);
+    o.append(buf, (size_t)(r.ptr - buf));
+  }
+  bool str(PyObject* u) {
+    if (!PyUnicode_Check(u)) return false;
+    Py_ssize_t n;
+    const char* c = PyUnicode_AsUTF8AndSize(u, &n);
+    if (!c) { PyErr_Clear(); return false; }  // a lone surrogate: the Python path says what it does
+    o.push_back('"');
+    Py_ssize_t run = 0;  // characters copied as they are, in one append
+    for (Py_ssize_t i = 0; i < n; i++) {
+      unsigned char ch = (unsigned char)c[i];
+      if (ch != '"' && ch != '\\' && ch >= 0x20) continue;
+      o.append(c + run, (size_t)(i - run));
+      run = i + 1;
+      static const char* hex = "0123456789abcdef";
+      switch (ch) {
+        case '"': lit("\\\""); break;
+        case '\\': lit("\\\\"); break;
+        case '\n': lit("\\n"); break;
+        case '\r': lit("\\r"); break;
+        case '\t': lit("\\t"); break;
+        case '\b': lit("\\b"); break;
+        case '\f': lit("\\f"); break;
+        default: lit("\\u00"); o.push_back(hex[ch >> 4]); o.push_back(hex[ch & 15]);
+      }
+    }
+    o.append(c + run, (size_t)(n - run));
+    o.push_back('"');
+    return true;
+  }
+  bool str_or_null(PyObject* u) {
+    if (u == Py_None) { lit("null"); return true; }
+    return str(u);
+  }
+  // a float as JSON: the shortest text that reads back as the same double (as orjson writes it), a float literal
+  // (1.0, not 1); NaN and infinities as the strings msprobe_io._json_num makes of them
+  static void num(double v, std::string& out) {
+    if (std::isnan(v)) { out.append("\"NaN\""); return; }
+    if (std::isinf(v)) { out.append(v > 0 ? "\"Infinity\"" : "\"-Infinity\""); return; }
+    char buf[40];
+    auto r = std::to_chars(buf, buf + sizeof buf, v);
+    size_t len = (size_t)(r.ptr - buf);
+    out.append(buf, len);
+    if (!memchr(buf, '.', len) && !memchr(buf, 'e', len)) out.append(".0");
+  }
+  bool pyint(PyObject* v) {
+    int overflow = 0;
+    long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+    if (overflow || (x == -1 && PyErr_Occurred())) { PyErr_Clear(); return false; }
+    integer(x);
+    return true;
+  }
+  bool plain(PyObject* v, int depth) {  // None, bool, int, str, or a list of them (a Size, a slice's bounds)
+    if (v == Py_None) lit("null");
+    else if (PyBool_Check(v)) lit(v == Py_True ? "true" : "false");
+    else if (PyLong_Check(v)) return pyint(v);
+    else if (PyUnicode_Check(v)) return str(v);
+    else if (PyList_Check(v) && depth < 4) {
+      o.push_back('[');
+      for (Py_ssize_t i = 0; i < PyList_GET_SIZE(v); i++) {
+        if (i) o.push_back(',');
+        if (!plain(PyList_GET_ITEM(v, i), depth + 1)) return false;
+      }
+      o.push_back(']');
+    } else return false;  // a float inside a list (orjson would write NaN there as null), another type
+    return true;
+  }
+  bool scalar(PyObject* sa) {  // a ScalarArg: {"type": ..., "value": ...}, or null for None
+    PyObject* type = PyObject_GetAttr(sa, s_type);
+    if (!type) { PyErr_Clear(); return false; }
+    if (!PyUnicode_Check(type)) { Py_DECREF(type); return false; }
+    if (PyUnicode_CompareWithASCIIString(type, "NoneType") == 0) { Py_DECREF(type); lit("null"); return true; }
+    PyObject* v = PyObject_GetAttr(sa, s_value);
+    if (!v) { PyErr_Clear(); Py_DECREF(type); return false; }
+    lit("{\"type\":");
+    bool ok = str(type);
+    lit(",\"value\":");
+    if (ok) {
+      if (PyFloat_Check(v)) num(PyFloat_AS_DOUBLE(v), o);
+      else ok = plain(v, 0);
+    }
+    o.push_back('}');
+    Py_DECREF(type);
+    Py_DECREF(v);
+    return ok;
+  }
+  const Parts* parts(long long row, long long numel) {
+    if (row >= 0 && row < (long long)cache.size())
+      for (const Parts& p : cache[(size_t)row]) if (p.numel == numel) return &p;
+    Parts p{numel, {}, {}};
+    PyObject* r = nullptr;
+    if (row >= 0 && row < PyList_GET_SIZE(rows)) r = PyList_GET_ITEM(rows, row);
+    if (r == nullptr || r == Py_None) {
+      p.head = "\"Max\":null,\"Min\":null,\"Mean\":null,\"Norm\":null,";
+      p.tail = "\"fingerprint\":[],\"nan_count\":0,\"inf_count\":0,";
+    } else {
+      if (!PyList_Check(r) || PyList_GET_SIZE(r) != 14) return nullptr;
+      double v[14];
+      for (int j = 0; j < 14; j++) {
+        PyObject* x = PyList_GET_ITEM(r, j);
+        if (!PyFloat_Check(x)) return nullptr;
+        v[j] = PyFloat_AS_DOUBLE(x);
+      }
+      std::string& a = p.head;
+      a.append("\"Max\":"); num(v[1], a);
+      a.append(",\"Min\":"); num(v[0], a);
+      a.append(",\"Mean\":"); num(v[2] / (double)numel, a);  // the sum over math.prod(shape), as in Python
+      a.append(",\"Norm\":"); num(v[3], a);
+      a.push_back(',');
+      std::string& b = p.tail;
+      b.append("\"fingerprint\":[");
+      for (int j = 6; j < 14; j++) { if (j > 6) b.push_back(','); num(v[j], b); }
+      char buf[24];
+      b.append("],\"nan_count\":");
+      b.append(buf, (size_t)(std::to_chars(buf, buf + sizeof buf, (long long)v[4]).ptr - buf));
+      b.append(",\"inf_count\":");
+      b.append(buf, (size_t)(std::to_chars(buf, buf + sizeof buf, (long long)v[5]).ptr - buf));
+      b.push_back(',');
+    }
+    if (row < 0 || row >= (long long)cache.size()) { scratch = std::move(p); return &scratch; }
+    cache[(size_t)row].push_back(std::move(p));
+    return &cache[(size_t)row].back();
+  }
+  Parts scratch;
+  bool tensor(PyObject* meta, PyObject* idx) {  // meta: (dtype, shape, requires_grad, device)
+    if (!PyTuple_Check(meta) || PyTuple_GET_SIZE(meta) != 4) return false;
+    PyObject* shape = PyTuple_GET_ITEM(meta, 1);
+    PyObject* rg = PyTuple_GET_ITEM(meta, 2);
+    if (!PyTuple_Check(shape) || (rg != Py_True && rg != Py_False)) return false;
+    lit("{\"type\":\"torch.Tensor\",\"dtype\":");
+    if (!str(PyTuple_GET_ITEM(meta, 0))) return false;
+    lit(",\"shape\":[");
+    long long numel = 1;
+    for (Py_ssize_t d = 0; d < PyTuple_GET_SIZE(shape); d++) {
+      if (d) o.push_back(',');
+      PyObject* v = PyTuple_GET_ITEM(shape, d);
+      int overflow = 0;
+      long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+      if (overflow || (x == -1 && PyErr_Occurred())) { PyErr_Clear(); return false; }
+      integer(x);
+      numel *= x;
+    }
+    lit("],");
+    long long row = -1;
+    if (idx != Py_None) {
+      row = PyLong_AsLongLong(idx);
+      if (row == -1 && PyErr_Occurred()) { PyErr_Clear(); return false; }
+    }
+    const Parts* p = parts(row, numel);
+    if (!p) return false;
+    o.append(p->head);
+    lit(rg == Py_True ? "\"requires_grad\":true," : "\"requires_grad\":false,");
+    o.append(p->tail);
+    lit("\"device\":");
+    if (!str(PyTuple_GET_ITEM(meta, 3))) return false;
+    o.push_back('}');
+    return true;
+  }
+  bool value(PyObject* it) {  // an item (key, meta, idx): a tensor's entry, or a ScalarArg's
+    PyObject* meta = PyTuple_GET_ITEM(it, 1);
+    if (PyTuple_Check(meta)) return tensor(meta, PyTuple_GET_ITEM(it, 2));
+    return scalar(meta);
+  }
+  // A list of positional items as _nest rebuilds it, where it is well formed: keys "0", "1", ... in order, a list
+  // argument as "i.0", "i.1", ... (one level). Keyword items (keys not starting with a digit) are skipped here.
+  bool positional(PyObject* lst) {
+    o.push_back('[');
+    long long top = 0, group = -1, next = 0;  // next top-level index; the open group's index and next member
+    bool first = true;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(lst); i++) {
+      PyObject* it = PyList_GET_ITEM(lst, i);
+      if (!PyTuple_Check(it) || PyTuple_GET_SIZE(it) != 3 || !PyUnicode_Check(PyTuple_GET_ITEM(it, 0))) return false;
+      Py_ssize_t n;
+      const char* k = PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(it, 0), &n);
+      if (!k) { PyErr_Clear(); return false; }
+      if (n && (unsigned char)k[0] >= 0x80) return false;  // str.isdigit() decides: the Python path
+      if (n == 0 || k[0] < '0' || k[0] > '9') continue;  // a keyword argument
+      long long a = 0, b = -1;
+      const char* e = k + n;
+      auto r = std::from_chars(k, e, a);
+      if (r.ec != std::errc()) return false;
+      if (r.ptr != e) {
+        if (*r.ptr != '.') return false;
+        auto r2 = std::from_chars(r.ptr + 1, e, b);
+        if (r2.ec != std::errc() || r2.ptr != e) return false;
+      }
+      if (b < 0) {  // "a"
+        if (group >= 0) { o.push_back(']'); group = -1; top++; }
+        if (a != top) return false;
+        if (!first) o.push_back(',');
+        if (!value(it)) return false;
+        top++;
+      } else if (group == a && b == next) {  // the open list goes on
+        o.push_back(',');
+        if (!value(it)) return false;
+        next++;
+      } else {  // "a.0" opens a list argument
+        if (group >= 0) { o.push_back(']'); group = -1; top++; }
+        if (a != top || b != 0) return false;
+        if (!first) o.push_back(',');
+        o.push_back('[');
+        if (!value(it)) return false;
+        group = a;
+        next = 1;
+      }
+      first = false;
+    }
+    if (group >= 0) o.push_back(']');
+    o.push_back(']');
+    return true;
+  }
+  bool keywords(PyObject* lst) {  // {"name": value} of the keyword items, in order; a list by keyword: not here
+    o.push_back('{');
+    bool first = true;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(lst); i++) {
+      PyObject* it = PyList_GET_ITEM(lst, i);
+      PyObject* key = PyTuple_GET_ITEM(it, 0);  // checked by positional()
+      Py_ssize_t n;
+      const char* k = PyUnicode_AsUTF8AndSize(key, &n);
+      if (!k) { PyErr_Clear(); return false; }
+      if (n && k[0] >= '0' && k[0] <= '9') continue;
+      if ((n && (unsigned char)k[0] >= 0x80) || memchr(k, '.', (size_t)n)) return false;
+      if (!first) o.push_back(',');
+      first = false;
+      if (!str(key)) return false;
+      o.push_back(':');
+      if (!value(it)) return false;
+    }
+    o.push_back('}');
+    return true;
+  }
+  bool entry(PyObject* spec) {
+    if (!PyTuple_Check(spec) || PyTuple_GET_SIZE(spec) != 5) return false;
+    PyObject *args = PyTuple_GET_ITEM(spec, 1), *outs = PyTuple_GET_ITEM(spec, 2), *params = PyTuple_GET_ITEM(spec, 3);
+    PyObject* asc = PyTuple_GET_ITEM(spec, 4);
+    if (!PyList_Check(args) || !PyList_Check(outs) || !PyTuple_Check(asc) || PyTuple_GET_SIZE(asc) != 8) return false;
+    o.clear();
+    lit("{\"input_args\":");
+    if (!positional(args)) return false;
+    lit(",\"input_kwargs\":");
+    if (!keywords(args)) return false;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(outs); i++) {  // a dict's outputs (keyed): the Python path
+      PyObject* it = PyList_GET_ITEM(outs, i);
+      if (!PyTuple_Check(it) || PyTuple_GET_SIZE(it) != 3 || !PyUnicode_Check(PyTuple_GET_ITEM(it, 0))) return false;
+      Py_ssize_t n;
+      const char* k = PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(it, 0), &n);
+      if (!k) { PyErr_Clear(); return false; }
+      if (n == 0 || k[0] < '0' || k[0] > '9') return false;  // also a non-ASCII first character
+    }
+    lit(",\"output\":");
+    if (!positional(outs)) return false;
+    if (params != Py_None) {
+      if (!PyDict_Check(params)) return false;
+      lit(",\"parameters\":{");
+      Py_ssize_t pos = 0;
+      PyObject *k, *v;
+      bool first = true;
+      while (PyDict_Next(params, &pos, &k, &v)) {
+        if (!first) o.push_back(',');
+        first = false;
+        if (!str(k) || !PyTuple_Check(v) || PyTuple_GET_SIZE(v) != 2) return false;
+        o.push_back(':');
+        if (!tensor(PyTuple_GET_ITEM(v, 0), PyTuple_GET_ITEM(v, 1))) return false;
+      }
+      o.push_back('}');
+    }
+    static const char* names[8] = {"{\"kind\":", ",\"module_path\":", ",\"api\":", ",\"class_name\":", ",\"order\":",
+                                   ",\"call_index\":", ",\"source\":", ",\"autocast\":"};
+    lit(",\"ascendify\":");
+    for (int j = 0; j < 8; j++) {
+      lit(names[j]);
+      PyObject* v = PyTuple_GET_ITEM(asc, j);
+      if (j == 4 || j == 5) {
+        if (!PyLong_Check(v) || !pyint(v)) return false;
+      } else if (!str_or_null(v)) return false;
+    }
+    lit("}}");
+    return true;
+  }
+};
+
+PyObject* entries(PyObject*, PyObject* const* a, Py_ssize_t n) {
+  if (n != 4) { PyErr_SetString(PyExc_TypeError, "entries takes 4 arguments"); return nullptr; }
+  PyObject *specs = a[0], *rows = a[1], *fragment = a[2], *data = a[3];
+  if (!PyList_Check(specs) || !PyList_Check(rows) || !PyDict_Check(data)) {
+    PyErr_SetString(PyExc_TypeError, "entries(list, list, Fragment, dict)");
+    return nullptr;
+  }
+  if (!s_type) {
+    s_type = PyUnicode_InternFromString("type");
+    s_value = PyUnicode_InternFromString("value");
+    if (!s_type || !s_value) return nullptr;
+  }
+  PyObject* missed = PyList_New(0);
+  if (!missed) return nullptr;
+  Writer w;
+  w.rows = rows;
+  w.cache.resize((size_t)PyList_GET_SIZE(rows));
+  w.o.reserve(8192);
+  for (Py_ssize_t i = 0; i < PyList_GET_SIZE(specs); i++) {
+    PyObject* spec = PyList_GET_ITEM(specs, i);
+    bool ok = w.entry(spec);
+    if (PyErr_Occurred()) { Py_DECREF(missed); return nullptr; }
+    PyObject* res = nullptr;
+    if (ok) {
+      PyObject* b = PyBytes_FromStringAndSize(w.o.data(), (Py_ssize_t)w.o.size());
+      PyObject* f = b ? PyObject_CallOneArg(fragment, b) : nullptr;
+      Py_XDECREF(b);
+      if (f && PyDict_SetItem(data, PyTuple_GET_ITEM(spec, 0), f) == 0) res = f;
+      else Py_XDECREF(f);
+    } else {
+      res = PyLong_FromSsize_t(i);
+      if (res && PyList_Append(missed, res) < 0) Py_CLEAR(res);
+    }
+    if (!res) { Py_DECREF(missed); return nullptr; }
+    Py_DECREF(res);
+  }
+  return missed;
+}
+}  // namespace
+
+namespace {
+PyMethodDef methods[] = {
+  {"probe", (PyCFunction)probe, METH_O, "a tensor's metadata, version and memory key"},
+  {"fill", (PyCFunction)(void (*)(void))fill, METH_FASTCALL, "a contiguous tensor's statistics row"},
+  {"init", (PyCFunction)init, METH_VARARGS, "kernels and tensor types"},
+  {"entries", (PyCFunction)(void (*)(void))entries, METH_FASTCALL, "the step's common dump.json entries"},
+  {nullptr, nullptr, 0, nullptr},
+};
+}  // namespace
+
+// MODULE_NAME: the module's name, given by the build (core/cxx.py), which keys it by source, torch and Python
+#ifndef MODULE_NAME
+#define MODULE_NAME ascendify_fastrec
+#endif
+#define CAT2(a, b) a##b
+#define CAT(a, b) CAT2(a, b)
+#define STR2(a) #a
+#define STR(a) STR2(a)
+static struct PyModuleDef mod = {PyModuleDef_HEAD_INIT, STR(MODULE_NAME), nullptr, -1, methods};
+PyMODINIT_FUNC CAT(PyInit_, MODULE_NAME)(void) { return PyModule_Create(&mod); }

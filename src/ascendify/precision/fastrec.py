@@ -1,0 +1,84 @@
+"""The dump's per-tensor path in C++ (``fastrec.cpp``): what the recorder reads of each tensor, in one call.
+
+A statistics dump reads, of every tensor a recorded call takes or returns, its metadata (dtype, shape,
+requires_grad, device), its version counter, whether it is a leaf that requires grad, and where its memory lies
+(``dumper._memory_key``), then gives the statistics kernel its data pointer, sizes and strides
+(``stats.StatTable._fast``). In Python that is some twenty attribute reads and method calls per tensor; right after
+a layer ran (its tensors have pushed the interpreter's data out of the caches) they cost several microseconds each
+time, the largest part of a dump's cost on a small model (``benchmarks/dump_overhead.py``'s short configuration).
+Here each is one call:
+
+* ``probe(t)``: ``(metadata, version or None, leaf that requires grad, memory key or None)``, or None for what it
+  leaves to the Python path (a tensor subclass other than ``Parameter``: its ``__torch_function__`` may answer
+  differently; an undefined tensor);
+* ``fill(t, row, head, plans, privateuse1_is_host, defer_min)``: the statistics kernel on a contiguous float32,
+  bfloat16 or float16 tensor in host memory whose fingerprint plan is built (``stats._plans``): 1; 2 where the
+  table may defer such a tensor (``StatTable.add``) and it is large enough; 0 for anything else, which the Python
+  path then handles as before;
+* ``entries(specs, rows, Fragment, data)``: a statistics step's forward entries of ``dump.json`` as JSON text
+  (``msprobe_io._write_step``), which orjson writes as it is; the nodes it cannot write (a value of another type,
+  keys nested deeper than one list) are left to the Python path, which wrote them all before.
+
+Built with :mod:`ascendify.core.cxx` (about 10 s, once per machine and torch version; ``python -m
+ascendify.precision.fastrec`` builds it ahead, as ``scripts/setup.sh`` does). Where it cannot be built, or
+``ASCENDIFY_DUMP_CRECORD=0``, :func:`functions` returns None and the Python path serves: the same dump, byte for
+byte (``tests/precision/test_fastrec.py``).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from ascendify.core.cxx import Extension
+
+ENV = "ASCENDIFY_DUMP_CRECORD"
+SOURCE = Path(__file__).with_name("fastrec.cpp")
+
+_EXT = Extension(SOURCE, "ascendify_fastrec", ENV, "the dump's C++ recorder", seconds=15)
+_ready = False
+
+
+def functions(build_if_missing: bool = True):
+    """``(probe, fill)`` from the loaded extension, connected to the statistics kernels, or None (then
+    :func:`why` says why)."""
+    global _ready
+    mod = _EXT.module(build_if_missing)
+    if mod is None:
+        return None
+    if not _ready:
+        import ctypes
+
+        import torch
+
+        from ascendify.precision import stats_kernel
+
+        lib = stats_kernel.kernel()
+        addrs = []
+        for name in ("vec_f32", "vec_bf16", "vec_f16"):
+            fn = getattr(lib, name, None) if lib is not None else None
+            addrs.append(ctypes.cast(fn, ctypes.c_void_p).value or 0 if fn is not None else 0)
+        mod.init(tuple(addrs), torch.Tensor, torch.nn.Parameter)
+        _ready = True
+    return mod.probe, mod.fill
+
+
+def entries():
+    """The writer of a step's common ``dump.json`` entries (``entries(specs, rows, Fragment, data)``: see the C++
+    source) when the extension is loaded (a dump loaded it), else None. Never builds it."""
+    mod = _EXT.module(build_if_missing=False) if _EXT.loaded() else None
+    return None if mod is None else mod.entries
+
+
+def why() -> str:
+    """Why :func:`functions` gave None ("" when it loaded or was not tried)."""
+    return _EXT.why()
+
+
+def main() -> int:
+    """Build (again, after a failure) and load; say which."""
+    return _EXT.main()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,256 @@
+"""The dump's C++ recorder (``precision/fastrec.cpp``): the same reads, rows and entries as the Python path it
+replaces, and the Python path where it is not built."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn as nn
+
+from ascendify.precision import dump, dumper, fastrec, msprobe_io, stats
+from ascendify.precision.model import ScalarArg
+
+FNS = fastrec.functions(build_if_missing=False)
+needs_fastrec = pytest.mark.skipif(FNS is None, reason=f"the C++ recorder is not built here ({fastrec.why()})")
+
+
+def _python_reads(t: torch.Tensor) -> tuple:
+    """What the Python path reads of ``t``: ``probe``'s answer."""
+    try:
+        ver = t._version
+    except RuntimeError:
+        ver = None
+    return (dumper._meta(t), ver, bool(t.requires_grad and t.is_leaf), dumper._memory_key(t, ver))
+
+
+def _tensors() -> list[tuple[str, torch.Tensor]]:
+    torch.manual_seed(0)
+    x = torch.randn(4, 6, 5)
+    with torch.inference_mode():
+        inf = torch.randn(3)
+    leaf = torch.randn(3, 2, requires_grad=True)
+    return [
+        ("contiguous", x),
+        ("transposed", x.transpose(0, 2)),
+        ("sliced", x[:, 1:5:2]),
+        ("broadcast", torch.randn(5).expand(4, 5)),
+        ("a column", x[:, :, 2]),
+        ("0-d", torch.tensor(3.5)),
+        ("empty", torch.empty(0, 3)),
+        ("bfloat16", x.to(torch.bfloat16)),
+        ("int64", torch.arange(12).view(3, 4)),
+        ("bool", torch.ones(4, dtype=torch.bool)),
+        ("complex", torch.randn(3, dtype=torch.complex64)),
+        ("an inference tensor", inf),
+        ("a leaf that requires grad", leaf),
+        ("a non-leaf", leaf * 2),
+        ("a parameter", nn.Parameter(torch.randn(2, 2))),
+        ("a meta tensor", torch.empty(2, 3, device="meta")),
+        ("a sparse tensor", torch.eye(3).to_sparse()),
+    ]
+
+
+@needs_fastrec
+@pytest.mark.parametrize(("what", "t"), _tensors(), ids=[w for w, _ in _tensors()])
+def test_probe_reads_what_the_python_path_reads(what, t):
+    probe = FNS[0]
+    if t.layout != torch.strided:
+        got = probe(t)
+        assert got is None or got[3] is None, what  # no memory key for another layout
+        return
+    assert probe(t) == _python_reads(t), what
+
+
+@needs_fastrec
+def test_probe_leaves_tensor_subclasses_to_python():
+    class Mine(torch.Tensor):
+        pass
+
+    t = torch.randn(3).as_subclass(Mine)
+    assert FNS[0](t) is None  # its __torch_function__ may answer differently: the Python path asks it
+    assert FNS[0](nn.parameter.UninitializedParameter()) is None  # a lazy parameter has no shape yet
+
+
+@needs_fastrec
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("shape", [(7,), (3, 4, 5), (1, 5000), (70_000,)])
+def test_fill_writes_the_row_the_python_path_writes(dtype, shape):
+    if stats._kernel(dtype) is None:
+        pytest.skip(f"no statistics kernel for {dtype} here")
+    torch.manual_seed(1)
+    t = torch.randn(*shape).to(dtype)
+    t.view(-1)[3] = float("nan")
+    fill = FNS[1]
+    table = stats.StatTable()
+    py = table._next()
+    assert stats.StatTable._fast.__get__(table)(t, py, None)  # plans built, through the Python call (or C++)
+    row = table._next()
+    assert fill(t, table._base + row * stats._ROW, None, stats._plans, False, 0) == 1
+    a, b = table._host[py], table._host[row]
+    assert torch.equal(a.isnan(), b.isnan()) and torch.equal(a.nan_to_num(), b.nan_to_num())
+    # a large enough tensor may be deferred: nothing read, 2
+    assert fill(t, table._base + row * stats._ROW, None, stats._plans, False, 1) == 2
+
+
+@needs_fastrec
+def test_fill_leaves_what_it_does_not_read_to_python():
+    fill, table = FNS[1], stats.StatTable()
+    i = table._next()
+    addr = table._base + i * stats._ROW
+    stats._cpu_plan(12)
+    for t in (torch.arange(12.0).view(3, 4).t(), torch.arange(12), torch.arange(12.0, dtype=torch.float64),
+              torch.empty(0), torch.empty(3, device="meta")):
+        assert fill(t, addr, None, stats._plans, False, 0) == 0, t.dtype
+    assert fill(torch.randn(123457), addr, None, {}, False, 0) == 0  # no plan for this size yet
+
+
+# ---------------------------------------------------------------------------------------------- entries
+
+
+def _item(key, v, idx=None):
+    if isinstance(v, torch.Tensor):
+        return (key, dumper._meta(v), idx)
+    return (key, v if isinstance(v, ScalarArg) else dumper._scalar(v, key), None)
+
+
+def _entries_both_ways(recs, rows):
+    """(what the C++ writer made of each rec, or None where it left it; what the Python path made)."""
+    specs = [(r.name, r.args, r.outputs, r.params if r.kind == "module" else None,
+              (r.kind, r.module_path, r.api, r.class_name, i, r.call_index, "x.py:1", r.autocast))
+             for i, r in enumerate(recs)]  # fmt: skip
+    import orjson
+
+    data = {r.name: None for r in recs}
+    missed = set(fastrec.entries()(specs, rows, orjson.Fragment, data))
+    fast = [None if i in missed else json.loads(orjson.dumps(data[r.name])) for i, r in enumerate(recs)]
+    return fast, missed
+
+
+class _Rec:
+    def __init__(self, name, args, outputs=(), kind="api", params=None):
+        self.name, self.args, self.outputs, self.kind = name, list(args), list(outputs), kind
+        self.params = params or {}
+        self.module_path, self.api, self.class_name, self.call_index, self.autocast = "m.a", "torch.x", None, 0, None
+
+
+@needs_fastrec
+def test_entries_write_what_the_python_path_writes(tmp_path):
+    torch.manual_seed(2)
+    t0, t1 = torch.randn(2, 3), torch.randn(4)
+    rows = [[*torch.randn(14).tolist()] for _ in range(3)]
+    rows[1][2] = math.inf
+    rows[2] = None
+    odd = "quote \" back \\ new\nline tab\t bell\x07 é 中"
+    recs = [
+        _Rec("plain.0.forward", [_item("0", t0, 0), _item("1", 2.5), _item("2", True), _item("3", None)],
+             [_item("0", t0, 0)]),
+        _Rec("kw.0.forward", [_item("0", t1, 1), _item("1.0", 3), _item("1.1", 4), _item("2", t0, 0),
+                              _item("dim", -1), _item("eps", float("nan")), _item("name", odd),
+                              _item("size", torch.Size([2, 3])), _item("s", slice(1, None, 2))],
+             [_item("0", t1, 1), _item("1", t1, 2), _item("2", t0, None)]),
+        _Rec("Module.m.0.forward", [_item("0", t0, 0)], [_item("0", t1, 1)], kind="module",
+             params={"weight": (dumper._meta(t0), 0), "bias": (dumper._meta(t1), 2)}),
+        _Rec("huge.0.forward", [_item("0", 2**70)]),  # an int beyond 64 bits: left to Python
+        _Rec("dictout.0.forward", [_item("0", t0, 0)], [_item("logits", t0, 0)]),  # a dict's output: Python
+        _Rec("deep.0.forward", [_item("0.0.0", t0, 0)]),  # nested twice: Python
+        _Rec("kwlist.0.forward", [_item("0", t0, 0), _item("sizes.0", 1)]),  # a list by keyword: Python
+        _Rec("floatlist.0.forward", [_item("0", ScalarArg("list", [1.5], "0"))]),  # a float in a list: Python
+    ]
+    fast, missed = _entries_both_ways(recs, rows)
+    assert missed == {3, 4, 5, 6, 7}
+
+    class D:  # what _write_step reads of a dumper
+        mode, level, step_index, rank, scope, root = "stats", "mix", 0, 0, (), tmp_path
+
+        def source_text(self, src):
+            return ("x.py:1", None)
+
+        def check_disk(self, *a):
+            pass
+
+    for r in recs:
+        r.direction, r.source, r.parent, r.grads, r.base = "forward", None, None, {}, r.name
+    saved = msprobe_io._fast_entries
+    try:
+        msprobe_io._fast_entries = lambda: None
+        msprobe_io._write_step(D(), recs, rows, tmp_path / "py")
+    finally:
+        msprobe_io._fast_entries = saved
+    want = json.loads((tmp_path / "py" / "dump.json").read_text())["data"]
+    for got, r in zip(fast, recs, strict=True):
+        if got is not None:
+            assert got == want[r.name], r.name
+    assert fast[1]["input_args"][1] == [{"type": "int", "value": 3}, {"type": "int", "value": 4}]
+    assert fast[1]["input_kwargs"]["name"]["value"] == odd and fast[1]["input_kwargs"]["eps"]["value"] == "NaN"
+    out = fast[1]["output"]
+    assert out[0]["Mean"] == "Infinity" and out[1]["Max"] is None and out[2]["fingerprint"] == []
+
+
+def _model_dump(tmp_path, name: str, fast: bool) -> dict:
+    """A small transformer-like model's dump (forward with autocast, backward, an optimizer step)."""
+    torch.manual_seed(3)
+    m = nn.Sequential(nn.Embedding(50, 16), nn.LayerNorm(16), nn.Linear(16, 48), nn.GELU(), nn.Linear(48, 50))
+    x = torch.randint(0, 50, (2, 7))
+    saved = (dumper._probe, stats._cfill, msprobe_io._fast_entries)
+    if not fast:
+        dumper._probe, stats._cfill, msprobe_io._fast_entries = None, None, lambda: None
+    try:
+        opt = torch.optim.SGD(m.parameters(), lr=0.1)
+        with dump(m, tmp_path / name, level="mix"):
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                y = m(x)
+            h = y.float().softmax(-1)
+            q, k = h.split(25, dim=-1)
+            (q.sum() * k.mean() + h.clamp(min=float("-inf"), max=1.0).sum()).backward()
+            opt.step()
+    finally:
+        dumper._probe, stats._cfill, msprobe_io._fast_entries = saved
+    return json.loads(next((tmp_path / name).rglob("dump.json")).read_text())
+
+
+@needs_fastrec
+def test_a_dump_is_the_same_with_and_without_the_cpp_recorder(tmp_path):
+    dumper._connect_fastrec()
+    assert dumper._probe is not None and stats._cfill is not None and msprobe_io._fast_entries() is not None
+    fast, slow = _model_dump(tmp_path, "fast", True), _model_dump(tmp_path, "slow", False)
+    assert len(fast["data"]) > 20
+    assert list(fast["data"]) == list(slow["data"])  # the same nodes in the same order
+    assert fast == slow  # every value read back the same
+
+
+def test_without_a_compiler_the_python_path_records_the_dump(tmp_path):
+    """A failed build: the dump is written by the Python path, and the next process does not build again."""
+    code = ("import torch, json, pathlib\n"
+            "from ascendify.precision import dump, dumper, fastrec\n"
+            "m = torch.nn.Linear(3, 2)\n"
+            f"with dump(m, {str(tmp_path / 'd')!r}):\n"
+            "    m(torch.randn(4, 3)).sum().backward()\n"
+            "assert dumper._probe is None\n"
+            f"doc = json.loads(next(pathlib.Path({str(tmp_path / 'd')!r}).rglob('dump.json')).read_text())\n"
+            "print(len(doc['data']), fastrec.why())\n")  # fmt: skip
+    env = {**os.environ, "CXX": "/bin/false", "ASCENDIFY_CACHE": str(tmp_path / "cache"), fastrec.ENV: "1"}
+    said = []
+    for _ in range(2):
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+        assert r.returncode == 0, r.stderr[-2000:]
+        said.append(r.stdout.strip().splitlines()[-1])
+    assert said[0].split()[0] == said[1].split()[0] and int(said[0].split()[0]) >= 2
+    assert "the C++ build failed" in said[0] and ".failed to try again" in said[1]
+    assert list((tmp_path / "cache" / "fastrec").glob("*.failed"))
+
+
+@needs_fastrec
+def test_probe_of_a_tensor_whose_data_pointer_may_not_be_read():
+    t = torch.randn(1000)
+    torch._C._set_throw_on_mutable_data_ptr(t)  # data_ptr() raises, as for a FakeTensor
+    name = FNS[0](t)[0][0]
+    before = sys.getrefcount(name)
+    for _ in range(1000):
+        assert FNS[0](t) == _python_reads(t)  # no memory key, as _memory_key
+    assert sys.getrefcount(name) == before  # nothing made before the error is kept
