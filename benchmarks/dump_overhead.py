@@ -209,10 +209,11 @@ def breakdown_worker(a) -> dict:
     median over rounds of a difference within the round, so load that drifts between rounds cancels."""
     import torch
 
-    from ascendify.precision import dump, msprobe_io, stats
+    from ascendify.precision import dump, dumper, msprobe_io, stats
 
     model, idx, out, clock, grad = _setup(torch, a)
     stats._kernel(torch.float32)
+    dumper._connect_fastrec()  # the C++ recorder where it is built: its kernel call is no_kernel's too
     kernel, write = stats._fx, msprobe_io.write_step
     if kernel is None:
         raise SystemExit("--breakdown: the statistics kernel's Python module is not built here")
@@ -231,12 +232,20 @@ def breakdown_worker(a) -> dict:
         with dump(model, out, level="mix", mode="stats", backward=not a.no_grad):
             model(idx)
 
+    def no_cfill(t, row, head, plans, pu1, defer_min):  # the C++ recorder's kernel call (fastrec.fill), as NoKernel
+        if defer_min and t.numel() >= defer_min:
+            return 2  # deferred as before: the table's decisions stay the same, only the reading goes
+        ctypes.memset(row, 0, row_bytes)
+        return 1
+
     def no_kernel():
+        cfill = stats._cfill
         stats._fx = NoKernel
+        stats._cfill = no_cfill if cfill is not None else None
         try:
             mix()
         finally:
-            stats._fx = kernel
+            stats._fx, stats._cfill = kernel, cfill
 
     def no_write():
         msprobe_io.write_step = lambda dumper, recs, rows: dumper.root

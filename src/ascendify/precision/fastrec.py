@@ -21,8 +21,9 @@ Here each is one call:
 
 Built with :mod:`ascendify.core.cxx` (about 10 s, once per machine and torch version; ``python -m
 ascendify.precision.fastrec`` builds it ahead, as ``scripts/setup.sh`` does). Where it cannot be built, or
-``ASCENDIFY_DUMP_CRECORD=0``, :func:`functions` returns None and the Python path serves: the same dump, byte for
-byte (``tests/precision/test_fastrec.py``).
+``ASCENDIFY_DUMP_CRECORD=0``, :func:`functions` returns None and the Python path serves: the same dump, every value
+read back the same (numbers may be spelt differently: ``3.2e-05`` where orjson writes ``0.000032``;
+``tests/precision/test_fastrec.py``).
 """
 
 from __future__ import annotations
