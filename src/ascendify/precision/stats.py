@@ -294,7 +294,8 @@ class StatTable:
         if self.pending is not None:
             self.settle()
         i = self._next()
-        if _cfill is not None:  # the C++ recorder: read now, deferred, or left to the checks below
+        tried = _cfill is not None
+        if tried:  # the C++ recorder: read now, deferred, or left to the checks below
             got = _cfill(t, self._base + i * _ROW, None, _plans, _pu1_host(), _DEFER_MIN if defer else 0)
             if got == 1:
                 return i
@@ -309,11 +310,12 @@ class StatTable:
                     return i
             except Exception:  # an exotic subclass: summarised now, as any other tensor
                 pass
-        self._fill(t, i)
+        self._fill(t, i, tried)
         return i
 
-    def _fill(self, t: torch.Tensor, i: int) -> None:
-        if _cfill is not None and _cfill(t, self._base + i * _ROW, None, _plans, _pu1_host(), 0) == 1:
+    def _fill(self, t: torch.Tensor, i: int, tried: bool = False) -> None:
+        """Row ``i`` from ``t`` (``tried``: the C++ recorder's call already left it to the Python path)."""
+        if not tried and _cfill is not None and _cfill(t, self._base + i * _ROW, None, _plans, _pu1_host(), 0) == 1:
             return
         try:
             if not t.numel() or t.layout is not _STRIDED or t.is_complex():  # not _summarisable(t)
