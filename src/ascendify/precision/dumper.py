@@ -1210,7 +1210,7 @@ def _footprint(t: torch.Tensor) -> int | tuple[tuple[int, int], ...]:
 def _hook_module(m: torch.nn.Module, pre, post) -> Any:
     """``m.register_forward_pre_hook(pre, with_kwargs=True)`` and ``m.register_forward_hook(post, with_kwargs=True,
     always_call=True)`` without their two ``RemovableHandle`` objects (and the three weak references each makes:
-    most of a dump's start on a model of many modules, paid at every step that ``ascendify dump`` starts). The
+    most of a dump's start on a model of many modules, paid by every `with dump(...)`). The
     dictionaries and ids are torch's own (ids drawn from ``RemovableHandle``'s counter, so none is shared); a module
     without them gets the two handles. Returns what :func:`_unhook_module` takes."""
     try:
