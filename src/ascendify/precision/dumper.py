@@ -825,6 +825,14 @@ class Dumper:
             return (key, _scalar(t, key), None)
         return (key, meta, self._stat(t, defer))
 
+    def _item_graph(self, t: torch.Tensor, key: str, defer: bool = False) -> tuple[tuple, bool]:
+        """``(_item(t, key, defer), t requires grad and has a grad_fn)``. With the C++ recorder the second is read
+        from the probe (requires grad, not a leaf): asking for ``t.grad_fn`` makes a Python object of the node."""
+        p = _probe(t) if _probe is not None else None
+        if p is not None:
+            return (key, p[0], self._stat_probed(t, p, defer)), p[0][2] and not p[2]
+        return self._item(t, key, defer), t.requires_grad and t.grad_fn is not None
+
     def _value(self, v: Any, key: str, out: list) -> None:
         if isinstance(v, _Tensor):
             out.append(self._item(v, key))
@@ -844,9 +852,9 @@ class Dumper:
         for i, a in enumerate(args):
             key = _KEYS[i] if i < len(_KEYS) else str(i)
             if isinstance(a, _Tensor):  # most arguments: _value's first case, inline
-                item = self._item(a, key)
+                item, has_grad_fn = self._item_graph(a, key)
                 out.append(item)
-                if watch and a.requires_grad and a.grad_fn is not None and item[2] is not None:
+                if watch and has_grad_fn and item[2] is not None:
                     self._watch_grad(a, rec, "output", key, item[2])
             else:
                 self._value(a, key, out)
@@ -869,9 +877,9 @@ class Dumper:
             if rec.api not in _COPY_OPS and rec.api not in _SPLIT_OPS:  # most calls: one tensor out, as below
                 # an API call's single output may wait for the next call (which settles it unless it is a view or
                 # split)
-                item = self._item(out, "0", rec.kind == "api")
+                item, has_grad_fn = self._item_graph(out, "0", rec.kind == "api")
                 rec.outputs.append(item)
-                if out.requires_grad and out.grad_fn is not None:  # never a hook on a leaf (it would outlive the step)
+                if has_grad_fn:  # never a hook on a leaf (it would outlive the step)
                     return [("0", out, item[2])]
                 return []
             flat = [("0", out)]
