@@ -156,8 +156,7 @@ def _host_memory(t: torch.Tensor) -> bool:
     """``t``'s data pointer is host memory: a CPU tensor, or one of the emulated npu (host memory retagged)."""
     if t.is_cpu:
         return True
-    rt = sys.modules.get("ascendify.emulator.runtime")
-    if rt is None or not getattr(rt, "enabled", False):
+    if not _pu1_host():
         return False
     global _pu1
     if _pu1 is None:
