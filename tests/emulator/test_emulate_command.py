@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from gloo_teardown import run_again_on_teardown_abort
 
 from ascendify.program import Program
 
@@ -158,15 +159,10 @@ def test_accelerate_launch_on_two_emulated_npus_equals_two_cpu_ranks_and_reports
     r = _run(["emulate", "--json", str(summary), "--", "accelerate", "launch", "--num_processes", "2",
               "--main_process_port", str(_free_port()), str(ACCELERATE_SCRIPT), str(npu)], tmp_path, env)
     assert r.returncode == 0, r.stderr[-3000:]
-    for _attempt in range(3):
-        # the CPU reference is plain torch + accelerate on gloo (no ascendify): about one run in eight, a worker
-        # aborts at exit ("terminate called without an active exception", gloo's threads at teardown) after its
-        # work is done; a reference that fails three times in a row is a failure
-        ref = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
-                              str(_free_port()), str(ACCELERATE_SCRIPT), str(cpu), "--cpu"], capture_output=True,
-                             text=True, cwd=tmp_path, env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=300)
-        if ref.returncode == 0:
-            break
+    ref = run_again_on_teardown_abort(lambda: subprocess.run(  # plain torch + accelerate on gloo: see gloo_teardown
+        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(_free_port()),
+         str(ACCELERATE_SCRIPT), str(cpu), "--cpu"], capture_output=True, text=True, cwd=tmp_path,
+        env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=300))  # fmt: skip
     assert ref.returncode == 0, ref.stderr[-3000:]
     got, want = json.loads(npu.read_text()), json.loads(cpu.read_text())
     assert (got["device"], got["backend"], got["world"]) == ("npu", "hccl", 2)

@@ -11,6 +11,7 @@ import tempfile
 from pathlib import Path
 
 from example_runs import EXAMPLES, REPO, SCRIPTS, TINY, clean_env, summary_of  # noqa: F401  (re-exported)
+from gloo_teardown import run_again_on_teardown_abort
 
 PROJECTS = ("cuda_project", "npu_project", "portable_project")
 
@@ -56,10 +57,15 @@ def free_port() -> int:
 
 def torchrun(nproc: int, target: list[str], cwd: Path, env: dict | None = None,
              timeout: float = 300) -> subprocess.CompletedProcess:
-    """``python -m torch.distributed.run`` on this host with a free port."""
-    argv = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--nnodes", "1",
-            "--master_addr", "127.0.0.1", "--master_port", str(free_port()), *target]
-    return run(argv, cwd, timeout=timeout, env=env)
+    """``python -m torch.distributed.run`` on this host with a free port (again, with another port, where gloo
+    aborted a worker at exit: ``gloo_teardown``)."""
+
+    def once() -> subprocess.CompletedProcess:
+        argv = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--nnodes", "1",
+                "--master_addr", "127.0.0.1", "--master_port", str(free_port()), *target]
+        return run(argv, cwd, timeout=timeout, env=env)
+
+    return run_again_on_teardown_abort(once)
 
 
 _CACHE: dict[tuple, dict] = {}
