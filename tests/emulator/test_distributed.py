@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
+from gloo_teardown import run_again_on_teardown_abort
 
 import ascendify.emulator as emulator
 from ascendify.emulator import distributed
@@ -133,12 +134,11 @@ def _free_port() -> int:
 def two_ranks(tmp_path_factory):
     out = tmp_path_factory.mktemp("hccl")
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore::FutureWarning")
-    cmd = [
+    proc = run_again_on_teardown_abort(lambda: subprocess.run([  # gloo's abort at exit: see gloo_teardown
         sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
         "--master_addr", "127.0.0.1", "--master_port", str(_free_port()),
         str(WORKER), str(out), str(STEPS),
-    ]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
+    ], env=env, capture_output=True, text=True, timeout=240))  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     reports = [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
     params = [torch.load(out / f"params{r}.pt") for r in range(2)]

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from gloo_teardown import run_again_on_teardown_abort
 
 HERE = Path(__file__).resolve().parent
 WORKER = HERE / "sharded_worker.py"
@@ -41,12 +42,11 @@ def _free_port() -> int:
 
 def _run(world: int, out: Path, load_from: Path | None = None) -> list[dict]:
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
-    cmd = [
+    proc = run_again_on_teardown_abort(lambda: subprocess.run([  # gloo's abort at exit: see gloo_teardown
         sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(world),
         "--master_addr", "127.0.0.1", "--master_port", str(_free_port()),
         str(WORKER), str(out), *([str(load_from)] if load_from else []),
-    ]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    ], env=env, capture_output=True, text=True, timeout=300))  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return [json.loads((out / f"result{r}.json").read_text()) for r in range(world)]
 

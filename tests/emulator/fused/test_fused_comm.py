@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from gloo_teardown import run_again_on_teardown_abort
 
 pytest.importorskip("torch_npu")
 WORKER = Path(__file__).resolve().parent / "comm_worker.py"
@@ -29,9 +30,10 @@ def _free_port() -> int:
 def ranks(tmp_path_factory):
     out = tmp_path_factory.mktemp("fused_comm")
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore::FutureWarning")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
-           "--master_port", str(_free_port()), str(WORKER), str(out)]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
+    proc = run_again_on_teardown_abort(lambda: subprocess.run(  # gloo's abort at exit: see gloo_teardown
+        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
+         "--master_port", str(_free_port()), str(WORKER), str(out)],
+        env=env, capture_output=True, text=True, timeout=240))  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return [torch.load(out / f"rank{r}.pt") for r in range(2)]
 
