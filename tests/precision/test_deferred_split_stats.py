@@ -18,6 +18,13 @@ E = H * D
 IN = 24  # the projection's input features
 
 
+@pytest.fixture(autouse=True)
+def _deferral_on(monkeypatch):
+    """The deferral is off by default (dumper._DEFER_OUTPUTS: it measured slower with the C++ recorder); these tests
+    keep the mechanism right for where it is turned on."""
+    monkeypatch.setattr(dumper, "_DEFER_OUTPUTS", True)
+
+
 def _check(got, t: torch.Tensor, what: str) -> None:
     r = ref_vector(t)
     if r[4]:
@@ -190,3 +197,25 @@ def test_nan_in_one_part_and_bfloat16(tmp_path):
     p1 = by["Tensor.split.0.forward"].outputs[1]
     assert (p1.nan_count, p1.inf_count, p1.max) == (0, B * N, math.inf)
     _check(by["Tensor.split.0.forward"].outputs[2], parts[2], "part 2")
+
+
+def test_by_default_the_projection_is_read_right_away_and_its_parts_too(tmp_path, full_passes, monkeypatch):
+    """Without the deferral (the default): the projection is read when it is made, the parts when they are; the
+    numbers are the same tensors' own."""
+    if stats._kernel(torch.float32) is None:
+        pytest.skip("no C compiler: the statistics kernel is not built")
+    monkeypatch.setattr(dumper, "_DEFER_OUTPUTS", False)
+    lin = _fused()
+
+    def attn(qkv, x):
+        q, k, v = qkv(x).split(E, dim=-1)
+        return q * k + v
+
+    x = torch.randn(B, N, IN)
+    with torch.no_grad():
+        y = lin(x)
+    by = _dump(tmp_path, lin, attn, x, level="mix")
+    assert full_passes.count((B, N, 3 * E)) == 1 and full_passes.count((B, N, E)) == 5
+    _check(by["Functional.linear.0.forward"].outputs[0], y, "linear output")
+    for i, part in enumerate(y.split(E, dim=-1)):
+        _check(by["Tensor.split.0.forward"].outputs[i], part, f"part {i}")

@@ -554,3 +554,62 @@ def test_the_young_generation_collects_less_often_while_a_dump_runs(tmp_path):
         assert gc.get_threshold() == (0, 7, 9)
     finally:
         gc.set_threshold(*saved)
+
+
+def test_each_call_is_attributed_to_the_line_that_made_it(tmp_path):
+    """The source of a recorded call (read when the step is written, from the instruction the caller was at) is the
+    caller's line, as frame.f_lineno gives it: in a long function, a call over several lines, a loop."""
+    import inspect
+
+    lines: dict[str, int] = {}
+
+    class Long(nn.Module):
+        def forward(self, x):
+            y = x + 1
+            y = y * 2
+            for _ in range(2):
+                y = y - 0.5
+            y = y.reshape(
+                -1,
+            )
+            lines["reshape"] = inspect.currentframe().f_lineno - 3
+            lines["sub"] = lines["reshape"] - 1
+            lines["mul"] = lines["reshape"] - 3
+            z = torch.tanh(y)
+            lines["tanh"] = inspect.currentframe().f_lineno - 1
+            return z
+
+    m = Long()
+    with dump(m, tmp_path / "d", level="api"):
+        m(torch.randn(3))
+    doc = json.loads(next((tmp_path / "d").rglob("dump.json")).read_text())["data"]
+    got = {name: int(v["ascendify"]["source"].rsplit(":", 1)[1]) for name, v in doc.items()}
+    assert got["Tensor.__mul__.0.forward"] == lines["mul"]
+    assert got["Tensor.__sub__.0.forward"] == got["Tensor.__sub__.1.forward"] == lines["sub"]
+    assert got["Tensor.reshape.0.forward"] == lines["reshape"]
+    assert got["Torch.tanh.0.forward"] == lines["tanh"]
+    assert all(v["ascendify"]["source"].startswith("tests") or "test_dump.py" in v["ascendify"]["source"]
+               for v in doc.values())
+
+
+def test_the_module_walk_is_named_modules():
+    """dumper._named_modules (one loop) gives what named_modules() gives: pre-order, a shared module once at its
+    first path, None children skipped; a class with its own named_modules is asked."""
+    from ascendify.precision import dumper
+
+    shared = nn.Linear(2, 2)
+    m = nn.Sequential(nn.Sequential(shared, nn.ReLU()), nn.ModuleDict({"a": shared, "b": nn.Tanh()}), shared)
+    m.add_module("gone", None)
+    m.append(nn.ModuleList([nn.Sequential(nn.GELU()), nn.Identity()]))
+    assert [(n, id(x)) for n, x in dumper._named_modules(m)] == [(n, id(x)) for n, x in m.named_modules()]
+
+    class Own(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = nn.Linear(1, 1)
+
+        def named_modules(self, *a, **k):
+            yield "only", self
+
+    wrapped = nn.Sequential(Own())
+    assert [n for n, _ in dumper._named_modules(wrapped)] == [n for n, _ in wrapped.named_modules()]

@@ -197,20 +197,23 @@ def _model_dump(tmp_path, name: str, fast: bool) -> dict:
     torch.manual_seed(3)
     m = nn.Sequential(nn.Embedding(50, 16), nn.LayerNorm(16), nn.Linear(16, 48), nn.GELU(), nn.Linear(48, 50))
     x = torch.randint(0, 50, (2, 7))
-    saved = (dumper._probe, stats._cfill, msprobe_io._fast_entries)
+    saved = (dumper._probe, dumper._citem, dumper._cinputs, dumper._chook, stats._cfill, msprobe_io._fast_entries)
     if not fast:
-        dumper._probe, stats._cfill, msprobe_io._fast_entries = None, None, lambda: None
+        dumper._probe, dumper._citem, dumper._cinputs, dumper._chook, stats._cfill = None, None, None, None, None
+        msprobe_io._fast_entries = lambda: None
     try:
         opt = torch.optim.SGD(m.parameters(), lr=0.1)
         with dump(m, tmp_path / name, level="mix"):
             with torch.autocast("cpu", dtype=torch.bfloat16):
                 y = m(x)
-            h = y.float().softmax(-1)
+            z = y.float() + 0
+            z.mul_(1.5)  # in place: its gradient hooks are on each version's grad_fn
+            h = z.softmax(-1)
             q, k = h.split(25, dim=-1)
             (q.sum() * k.mean() + h.clamp(min=float("-inf"), max=1.0).sum()).backward()
             opt.step()
     finally:
-        dumper._probe, stats._cfill, msprobe_io._fast_entries = saved
+        dumper._probe, dumper._citem, dumper._cinputs, dumper._chook, stats._cfill, msprobe_io._fast_entries = saved
     return json.loads(next((tmp_path / name).rglob("dump.json")).read_text())
 
 
@@ -254,3 +257,128 @@ def test_probe_of_a_tensor_whose_data_pointer_may_not_be_read():
     for _ in range(1000):
         assert FNS[0](t) == _python_reads(t)  # no memory key, as _memory_key
     assert sys.getrefcount(name) == before  # nothing made before the error is kept
+
+
+def _state(d: dumper.Dumper) -> tuple:
+    """What recording left in a dumper: the table's rows (NaN as text), what _seen and _storage say of each tensor
+    (version, row), the deferred row, tensor mode's copies."""
+
+    def norm(row):
+        return None if row is None else [("nan" if math.isnan(v) else v) for v in row]
+
+    pending = d._table.pending
+    rows = [norm(r) for r in d._table.rows()]
+    return (rows, {k: v[1:] for k, v in d._seen.items()}, {k: v[1:] for k, v in d._storage.items()},
+            None if pending is None else pending[1:], {k: v.to_dense().tolist() for k, v in d._tensors.items()})  # fmt: skip
+
+
+@needs_fastrec
+@pytest.mark.parametrize("mode", ["stats", "tensors"])
+@pytest.mark.parametrize("defer", [False, True])
+def test_item_records_what_the_python_path_records(tmp_path, mode, defer):
+    """fastrec.item against Dumper._item_graph_py, tensor by tensor on two dumpers: the same items, rows, and
+    entries of _seen and _storage, on every kind of tensor, one seen again, views of a large (deferrable) one."""
+    dumper._connect_fastrec()
+    assert dumper._citem is not None
+    torch.manual_seed(1)
+    big = torch.randn(300, 300)  # deferred where the call may defer
+    leaf = nn.Parameter(torch.randn(4))
+    # (tensor mode cannot copy a meta tensor, on either path)
+    tensors = [t for w, t in _tensors() if mode == "stats" or w != "a meta tensor"]
+    tensors += [big, big, big.t(), big[:100], big.view(-1), leaf, leaf]
+    tensors.append(tensors[0])  # the first again: seen
+    big.add_(1)
+    tensors.append(big)  # a new version of the same tensor
+    got = {}
+    for fast in (True, False):
+        d = dumper.Dumper(None, tmp_path / str(fast), level="mix", mode=mode)
+        d._stack.append((None, "", None))  # inside a top-level call: parameters are remembered
+        call = d._item_graph if fast else d._item_graph_py
+        items = [call(t, str(i), defer) for i, t in enumerate(tensors)]
+        got[fast] = ([(it[0][0], it[0][1], it[0][2], it[1]) for it in items], _state(d))
+    assert got[True] == got[False]
+
+
+@needs_fastrec
+def test_inputs_records_what_the_python_path_records(tmp_path):
+    """fastrec.inputs against the Python loop of Dumper._record_inputs: tensors, scalars, lists of tensors, a
+    tensor subclass, with gradient hooks on the non-leaf ones."""
+    dumper._connect_fastrec()
+    torch.manual_seed(2)
+    w = torch.randn(5, 5, requires_grad=True)
+    h = w * 2
+
+    class Sub(torch.Tensor):
+        pass
+
+    args = (h, 3, 2.5, None, [h, torch.ones(2)], torch.randn(3).as_subclass(Sub), w, torch.Size([2, 3]), "s")
+    got = {}
+    saved = dumper._cinputs
+    for fast in (True, False):
+        dumper._cinputs = saved if fast else None
+        try:
+            d = dumper.Dumper(None, tmp_path / str(fast), level="mix")
+            rec = d._new_rec("Torch.f", "api", None, "torch.f", None)
+            d._record_inputs(rec, args, {"dim": -1, "other": h}, True)
+        finally:
+            dumper._cinputs = saved
+        targets = {i: [(side, key) for _, side, key in ts] for i, ts in d._grad_targets.items()}
+        got[fast] = (rec.args, targets, _state(d))
+    assert got[True] == got[False]
+    assert len(got[True][1]) == 1 and got[True][1][0] == [("output", "0"), ("output", "4.0"), ("output", "other")]
+
+
+@needs_fastrec
+def test_an_error_in_the_cpp_gradient_hook_reaches_backward(tmp_path, monkeypatch):
+    dumper._connect_fastrec()
+    assert dumper._chook is not None
+
+    def boom(self, targets, grad):
+        raise ValueError("boom from the dumper")
+
+    monkeypatch.setattr(dumper.Dumper, "_record_grads", boom)
+    m = nn.Linear(3, 3)
+    with dump(m, tmp_path / "d", level="mix"):
+        y = (m(torch.randn(2, 3)) * 2).sum()
+        with pytest.raises(ValueError, match="boom from the dumper"):
+            y.backward()
+
+
+@needs_fastrec
+def test_cpp_gradient_hooks_outlive_the_dump_and_the_interpreter(tmp_path):
+    """A graph kept past the dump (its hooks then record nothing), run backward in another thread, and one still
+    alive at exit (freed during finalisation): no error, no crash."""
+    code = ("import threading, torch\n"
+            "from ascendify.precision import dump, dumper\n"
+            "m = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.GELU(), torch.nn.Linear(4, 1))\n"
+            f"with dump(m, {str(tmp_path / 'd')!r}) as d:\n"
+            "    a = m(torch.randn(3, 4)).sum()\n"
+            "    b = m(torch.randn(3, 4)).sum()\n"
+            "assert dumper._chook is not None and d._grad_targets == {}\n"
+            "t = threading.Thread(target=a.backward)\n"
+            "t.start(); t.join()\n"
+            "print('ok', m[0].weight.grad.abs().sum().item() > 0)\n")  # fmt: skip
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.strip().splitlines()[-1] == "ok True"
+
+
+@needs_fastrec
+def test_entries_read_the_rows_where_the_table_keeps_them():
+    """entries given StatTable.host_rows() (rows read from the table's memory, the others from its dictionary)
+    writes what it writes from StatTable.rows(): a row the kernel wrote, a NaN row, one without statistics, one torch
+    computed (float64 here), and a view's."""
+    dumper._connect_fastrec()
+    table = stats.StatTable(2)  # grown on the way
+    ts = [torch.randn(3, 4), torch.tensor([1.0, math.nan]), torch.randn(0), torch.randn(5, dtype=torch.float64)]
+    idx = [table.add(t) for t in ts]
+    idx.append(table.add_view(idx[0], ts[0].t()))
+    ts.append(ts[0].t())
+    assert table._dev and table._none  # the float64 row is torch's, the empty tensor's is None
+    recs = [_Rec(f"n{i}.0.forward", [_item("0", t, j)], [_item("0", t, j)])
+            for i, (t, j) in enumerate(zip(ts, idx, strict=True))]
+    from_lists, missed = _entries_both_ways(recs, table.rows())
+    from_memory, missed2 = _entries_both_ways(recs, table.host_rows())
+    assert missed == missed2 == set()
+    assert from_memory == from_lists
+    assert from_memory[1]["output"][0]["Max"] == "NaN" and from_memory[2]["output"][0]["Max"] is None

@@ -31,6 +31,7 @@ name or full node name contains one.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import gc
 import itertools
@@ -98,6 +99,14 @@ def _keeps_deferred() -> frozenset:
 
 _KEEPS_DEFERRED = _keeps_deferred()
 
+# An API call's large output may wait for the next call, so that a split of it (a fused q/k/v projection) is read
+# once: StatTable.add's defer, settled by _ApiMode, split by _split_stat. Off: measured since the C++ recorder reads
+# an output in one call right after the call that made it, the deferral's own work (settling it in Python before
+# the next call, the parts' combination) costs more than the second read it saves: benchmarks/dump_overhead.py,
+# one process alternating both, 0.3 ms a forward less without it on the short configuration (22 ms), about 1 ms on
+# the standard one (90 ms). tests/precision/test_deferred_split_stats.py turns it on: it stays correct.
+_DEFER_OUTPUTS = False
+
 # The frame a recorded call is attributed to: the first outside torch, ascendify, generated code and the standard
 # library (contextlib's wrappers), and outside msprobe (its hooks when both dump)
 _CALLER = frames.passing(prefixes=(os.path.dirname(contextlib.__file__) + os.sep,), contains=("/msprobe/",))
@@ -131,14 +140,18 @@ _KEYS = tuple(str(i) for i in range(64))  # argument keys "0", "1", ...
 
 _device_names: dict[torch.device, str] = {}
 
-# fastrec.probe (the C++ recorder's read of a tensor), connected at the first Dumper.start; None: the Python path
+# fastrec.probe (the C++ recorder's read of a tensor), item and inputs (Dumper._item_graph, the positional part of
+# Dumper._record_inputs), connected at the first Dumper.start; None: the Python path
 _probe = None
+_citem = None
+_cinputs = None
+_chook = None  # fastrec.hook: a gradient hook without Python objects per tensor (Dumper._watch_grad)
 _fastrec_tried = False
 
 
 def _connect_fastrec() -> None:
     """Load the C++ recorder (``fastrec``; built on first use) and give its kernel call to the statistics table."""
-    global _probe, _fastrec_tried
+    global _probe, _citem, _cinputs, _chook, _fastrec_tried
     if _fastrec_tried:
         return
     _fastrec_tried = True
@@ -148,6 +161,9 @@ def _connect_fastrec() -> None:
     if fns is not None:
         _probe = fns[0]
         stats.set_cfill(fns[1])
+        rec = fastrec.recorder()
+        if rec is not None:
+            _citem, _cinputs, _chook = rec
 
 
 def _meta(t: torch.Tensor) -> tuple[str, tuple[int, ...], bool, str]:
@@ -440,8 +456,19 @@ class Dumper:
     def check_disk(self, root: Path, nbytes: int) -> None:
         check_disk(root, nbytes)
 
-    def source_text(self, src: tuple[str, int, str] | None) -> tuple[str | None, str | None]:
-        return source_text(src)
+    def source_text(self, src: tuple | None) -> tuple[str | None, str | None]:
+        """``source_text`` of a recorded call's source: ``(code, instruction offset)`` as recorded (the texts kept
+        for the next steps, which call from the same places), or ``(file, line, function)``."""
+        if src is None or len(src) != 2:
+            return source_text(src)
+        got = _source_texts.get(src)
+        if got is None:
+            code = src[0]
+            got = source_text((code.co_filename, _line_at(code, src[1]), code.co_name))
+            if len(_source_texts) > 65536:
+                _source_texts.clear()
+            _source_texts[src] = got
+        return got
 
     @property
     def rank(self) -> int:
@@ -565,9 +592,8 @@ class Dumper:
         if 0 < self._gc_threshold[0] < _GC_YOUNG:
             gc.set_threshold(_GC_YOUNG, *self._gc_threshold[1:])
         if self.model is not None:
-            self._register_paths(self.model, "")
             pre, post = self._pre_hook, self._post_hook
-            for m in self.model.modules():
+            for m in self._register_paths(self.model, ""):
                 self._handles.append(_hook_module(m, pre, post))
         else:
             from torch.nn.modules import module as _m
@@ -658,12 +684,19 @@ class Dumper:
 
     # -- module paths --------------------------------------------------------------------------------------------
 
-    def _register_paths(self, root: torch.nn.Module, prefix: str) -> None:
-        for name, m in root.named_modules():
-            if id(m) in self._paths and self._paths[id(m)][0]() is m:
+    def _register_paths(self, root: torch.nn.Module, prefix: str) -> list[torch.nn.Module]:
+        """Name ``root``'s modules (``named_modules()`` paths under ``prefix``) where not named yet; returns them
+        all (``root.modules()``)."""
+        mods = []
+        paths = self._paths
+        for name, m in _named_modules(root):
+            mods.append(m)
+            got = paths.get(id(m))
+            if got is not None and got[0]() is m:
                 continue
             path = f"{prefix}.{name}" if prefix and name else (prefix or name)
-            self._paths[id(m)] = (weakref.ref(m), path)
+            paths[id(m)] = (weakref.ref(m), path)
+        return mods
 
     def _path_of(self, module: torch.nn.Module) -> str:
         entry = self._paths.get(id(module))
@@ -828,6 +861,13 @@ class Dumper:
     def _item_graph(self, t: torch.Tensor, key: str, defer: bool = False) -> tuple[tuple, bool]:
         """``(_item(t, key, defer), t requires grad and has a grad_fn)``. With the C++ recorder the second is read
         from the probe (requires grad, not a leaf): asking for ``t.grad_fn`` makes a Python object of the node."""
+        if _citem is not None:
+            got = _citem(self, t, key, defer)  # this method's work in C++ (fastrec.item), where it applies
+            if got is not None:
+                return got
+        return self._item_graph_py(t, key, defer)
+
+    def _item_graph_py(self, t: torch.Tensor, key: str, defer: bool = False) -> tuple[tuple, bool]:
         p = _probe(t) if _probe is not None else None
         if p is not None:
             return (key, p[0], self._stat_probed(t, p, defer)), p[0][2] and not p[2]
@@ -849,6 +889,9 @@ class Dumper:
         # outputs (leaves: see parameter hooks)
         out = rec.args
         watch = self.backward and grad_on
+        if _cinputs is not None:
+            _cinputs(self, rec, args, watch)  # the loop below in C++ (fastrec.inputs)
+            args = ()
         for i, a in enumerate(args):
             key = _KEYS[i] if i < len(_KEYS) else str(i)
             if isinstance(a, _Tensor):  # most arguments: _value's first case, inline
@@ -877,7 +920,7 @@ class Dumper:
             if rec.api not in _COPY_OPS and rec.api not in _SPLIT_OPS:  # most calls: one tensor out, as below
                 # an API call's single output may wait for the next call (which settles it unless it is a view or
                 # split)
-                item, has_grad_fn = self._item_graph(out, "0", rec.kind == "api")
+                item, has_grad_fn = self._item_graph(out, "0", _DEFER_OUTPUTS and rec.kind == "api")
                 rec.outputs.append(item)
                 if has_grad_fn:  # never a hook on a leaf (it would outlive the step)
                     return [("0", out, item[2])]
@@ -903,7 +946,7 @@ class Dumper:
         ):  # fmt: skip
             self._split_stat(rec.args[0][2], [v for _, v in flat])
         # an API call's single output may wait for the next call (which settles it unless it is a view or split)
-        defer = rec.kind == "api" and isinstance(out, torch.Tensor)
+        defer = _DEFER_OUTPUTS and rec.kind == "api" and isinstance(out, torch.Tensor)
         for key, v in flat:
             if isinstance(v, torch.Tensor):
                 item = self._item(v, key, defer)
@@ -929,8 +972,9 @@ class Dumper:
         rec = _Rec(name, kind, "forward", n, len(self._recs), module_path, api, class_name, parent, base)
         f = user_frame(2, _CALLER)  # from the frame that called the dumper's hook or mode
         if f is not None:
-            code = f.f_code
-            rec.source = (code.co_filename, f.f_lineno, code.co_name)
+            # the line is found when the step is written (source_text): f_lineno decodes the code's line table
+            # from its start, a microsecond and more in a long forward, on every recorded call
+            rec.source = (f.f_code, f.f_lasti)
         self._recs.append(rec)
         return rec
 
@@ -1066,16 +1110,24 @@ class Dumper:
         targets = self._grad_targets.get(idx)
         if targets is None:
             targets = self._grad_targets[idx] = []
-            _add_grad_hook(t, self._grad_hook(targets))
+            if _chook is None or not _chook(t, self, targets):  # fastrec.hook: the same hook in C++
+                self._hook_py(t, targets)
         targets.append((rec, side, key))
+
+    def _hook_py(self, t: torch.Tensor, targets: list) -> None:
+        _add_grad_hook(t, self._grad_hook(targets))
 
     def _grad_hook(self, targets: list):
         def hook(grad):
-            if self._recording and grad is not None and not self._busy:
-                self._record_grads(targets, grad)
+            self._grad_fired(targets, grad)
             return None
 
         return hook
+
+    def _grad_fired(self, targets: list, grad: torch.Tensor | None) -> None:
+        """A watched tensor's gradient: recorded for every call in ``targets`` (while recording, not our own)."""
+        if self._recording and grad is not None and not self._busy:
+            self._record_grads(targets, grad)
 
     def _backward_rec(self, rec: _Rec) -> _Rec:
         b = rec.backward
@@ -1159,9 +1211,8 @@ class Dumper:
             raise self.error
         from ascendify.precision import msprobe_io
 
-        rows = self._table.rows()
         try:
-            folder = msprobe_io.write_step(self, recs, rows)
+            folder = msprobe_io.write_step(self, recs, self._table)  # its rows, read where they are
         except (DumpTooLarge, msprobe_io.DumpWriteError) as e:  # a full disk too: exit 4 (dump_runner), not 1
             self.error = e
             raise
@@ -1213,6 +1264,29 @@ def _footprint(t: torch.Tensor) -> int | tuple[tuple[int, int], ...]:
     if len(runs) == 1 and runs[0][1] == 1:
         return runs[0][0]  # dense in another dimension order (a transpose): as its contiguous base
     return tuple(runs)
+
+
+_NAMED_MODULES = torch.nn.Module.named_modules
+
+
+def _named_modules(root: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]:
+    """``list(root.named_modules())`` (pre-order, each module once, at its first path) in one loop, not a generator
+    per module (most of a dump's start on a model of many modules); a model with a class of its own
+    ``named_modules`` gets that."""
+    out: list[tuple[str, torch.nn.Module]] = []
+    seen: set[int] = set()
+    todo: list[tuple[str, torch.nn.Module]] = [("", root)]
+    while todo:
+        prefix, m = todo.pop()
+        if type(m).named_modules is not _NAMED_MODULES:
+            return list(root.named_modules())
+        if id(m) in seen:
+            continue
+        seen.add(id(m))
+        out.append((prefix, m))
+        children = [(f"{prefix}.{n}" if prefix else n, c) for n, c in m._modules.items() if c is not None]
+        todo.extend(reversed(children))
+    return out
 
 
 def _hook_module(m: torch.nn.Module, pre, post) -> Any:
@@ -1312,6 +1386,27 @@ def _mb(n: int) -> str:
     if n < 2**20:
         return f"{n / 2**10:.1f} KiB"
     return f"{n / 2**20:.1f} MiB" if n < 2**30 else f"{n / 2**30:.2f} GiB"
+
+
+_line_tables: dict[Any, tuple[list[int], list[int | None]]] = {}  # code -> (instruction offsets, their lines)
+_source_texts: dict[tuple, tuple[str | None, str | None]] = {}  # (code, offset) -> source_text
+
+
+def _line_at(code, lasti: int) -> int | None:
+    """The line of the instruction at byte offset ``lasti`` of ``code``: what ``frame.f_lineno`` gives for a frame
+    whose ``f_lasti`` it is (both read the code's line table)."""
+    table = _line_tables.get(code)
+    if table is None:
+        starts: list[int] = []
+        lines: list[int | None] = []
+        for start, _end, line in code.co_lines():
+            starts.append(start)
+            lines.append(line)
+        if len(_line_tables) > 4096:
+            _line_tables.clear()
+        table = _line_tables[code] = (starts, lines)
+    i = bisect.bisect_right(table[0], lasti) - 1
+    return table[1][i] if i >= 0 else None
 
 
 def source_text(src: tuple[str, int, str] | None) -> tuple[str | None, str | None]:

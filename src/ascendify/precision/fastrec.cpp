@@ -7,6 +7,7 @@
 #include <torch/csrc/Size.h>
 #include <torch/csrc/DynamicTypes.h>
 #include <torch/csrc/Device.h>
+#include <torch/csrc/Exceptions.h>
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -42,9 +43,8 @@ PyObject* dtype_name(c10::ScalarType st) {
   return dtype_names[i];
 }
 
-PyObject* device_name(const at::Tensor& t) {
-  if (t.is_cpu()) { Py_INCREF(cpu_name); return cpu_name; }
-  c10::Device d = t.device();
+PyObject* device_name(c10::Device d) {
+  if (d.type() == c10::kCPU) { Py_INCREF(cpu_name); return cpu_name; }
   auto key = std::make_pair((int)d.type(), (int)d.index());
   auto it = device_names.find(key);
   if (it == device_names.end()) {
@@ -83,6 +83,7 @@ std::vector<std::pair<int64_t, int64_t>> footprint_runs(c10::IntArrayRef sizes, 
 struct Reads {
   c10::ScalarType dtype;
   std::vector<int64_t> sizes;
+  c10::Device device = c10::Device(c10::kCPU);
   bool requires_grad, leaf, inference;
   int64_t version = 0;
   void* ptr = nullptr;  // null: no memory key
@@ -91,45 +92,37 @@ struct Reads {
   std::vector<std::pair<int64_t, int64_t>> runs;
 };
 
-// probe(t) -> None (left to the Python path) or (meta, version or None, leaf that requires grad, memory key or
-// None): what dumper._meta, Tensor._version, requires_grad and is_leaf, and dumper._memory_key give
-PyObject* probe(PyObject*, PyObject* o) {
-  if (!plain(o)) Py_RETURN_NONE;
-  Reads r;
-  const at::Tensor* tp;
-  try {
-    const at::Tensor& t = THPVariable_Unpack(o);
-    if (!t.defined()) Py_RETURN_NONE;
-    tp = &t;
-    r.dtype = t.scalar_type();
-    auto sizes = t.sizes();
-    r.sizes.assign(sizes.begin(), sizes.end());
-    r.requires_grad = t.requires_grad();
-    r.leaf = r.requires_grad && t.is_leaf();
-    r.inference = t.is_inference();
-    if (!r.inference) {
-      r.version = (int64_t)t._version();
-      r.numel = t.numel();
-      if (r.numel && t.layout() == c10::kStrided && t.has_storage()) {
-        try {
-          r.ptr = t.data_ptr();
-        } catch (const std::exception&) {
-          r.ptr = nullptr;  // as _memory_key: no key where the data pointer cannot be read
-        }
-        if (r.ptr) {
-          if (t.is_contiguous()) r.dense = true;
-          else {
-            r.runs = footprint_runs(t.sizes(), t.strides());
-            r.dense = r.runs.size() == 1 && r.runs[0].second == 1;
-            if (r.dense) r.numel = r.runs[0].first;
-          }
-        }
+// Fill r from t; may throw (the caller leaves the tensor to the Python path, having made nothing yet)
+void read_tensor(const at::Tensor& t, Reads& r) {
+  r.dtype = t.scalar_type();
+  auto sizes = t.sizes();
+  r.sizes.assign(sizes.begin(), sizes.end());
+  r.device = t.device();
+  r.requires_grad = t.requires_grad();
+  r.leaf = r.requires_grad && t.is_leaf();
+  r.inference = t.is_inference();
+  if (r.inference) return;
+  r.version = (int64_t)t._version();
+  r.numel = t.numel();
+  if (r.numel && t.layout() == c10::kStrided && t.has_storage()) {
+    try {
+      r.ptr = t.data_ptr();
+    } catch (const std::exception&) {
+      r.ptr = nullptr;  // as _memory_key: no key where the data pointer cannot be read
+    }
+    if (r.ptr) {
+      if (t.is_contiguous()) r.dense = true;
+      else {
+        r.runs = footprint_runs(t.sizes(), t.strides());
+        r.dense = r.runs.size() == 1 && r.runs[0].second == 1;
+        if (r.dense) r.numel = r.runs[0].first;
       }
     }
-  } catch (const std::exception&) {
-    Py_RETURN_NONE;  // nothing made yet: the Python path reads it (and says what is wrong, if anything)
   }
-  const at::Tensor& t = *tp;
+}
+
+// dumper._meta: (dtype name, shape, requires_grad, device name)
+PyObject* make_meta(const Reads& r) {
   PyObject* name = dtype_name(r.dtype);
   if (!name) return nullptr;
   PyObject* shape = THPSizeType.tp_alloc(&THPSizeType, (Py_ssize_t)r.sizes.size());
@@ -140,29 +133,46 @@ PyObject* probe(PyObject*, PyObject* o) {
       PyTuple_SET_ITEM(shape, (Py_ssize_t)d, v);
     }
   }
-  PyObject* dev = shape ? device_name(t) : nullptr;
+  PyObject* dev = shape ? device_name(r.device) : nullptr;
   if (!shape || !dev) { Py_DECREF(name); Py_XDECREF(shape); Py_XDECREF(dev); return nullptr; }
   PyObject* meta = PyTuple_Pack(4, name, shape, r.requires_grad ? Py_True : Py_False, dev);
   Py_DECREF(name); Py_DECREF(shape); Py_DECREF(dev);
+  return meta;
+}
+
+// dumper._memory_key: (data pointer, dtype, footprint), or None
+PyObject* make_skey(const Reads& r) {
+  if (!r.ptr) Py_RETURN_NONE;
+  PyObject* fp;
+  if (r.dense) fp = PyLong_FromLongLong(r.numel);
+  else {
+    fp = PyTuple_New((Py_ssize_t)r.runs.size());
+    for (size_t i = 0; fp && i < r.runs.size(); i++) {
+      PyObject* run = Py_BuildValue("(LL)", (long long)r.runs[i].first, (long long)r.runs[i].second);
+      if (!run) { Py_CLEAR(fp); break; }
+      PyTuple_SET_ITEM(fp, (Py_ssize_t)i, run);
+    }
+  }
+  return fp ? Py_BuildValue("(NON)", PyLong_FromVoidPtr(r.ptr), (PyObject*)torch::getTHPDtype(r.dtype), fp) : nullptr;
+}
+
+// probe(t) -> None (left to the Python path) or (meta, version or None, leaf that requires grad, memory key or
+// None): what dumper._meta, Tensor._version, requires_grad and is_leaf, and dumper._memory_key give
+PyObject* probe(PyObject*, PyObject* o) {
+  if (!plain(o)) Py_RETURN_NONE;
+  Reads r;
+  try {
+    const at::Tensor& t = THPVariable_Unpack(o);
+    if (!t.defined()) Py_RETURN_NONE;
+    read_tensor(t, r);
+  } catch (const std::exception&) {
+    Py_RETURN_NONE;  // nothing made yet: the Python path reads it (and says what is wrong, if anything)
+  }
+  PyObject* meta = make_meta(r);
   if (!meta) return nullptr;
   if (r.inference) return Py_BuildValue("(NOOO)", meta, Py_None, r.leaf ? Py_True : Py_False, Py_None);
-  PyObject* skey = Py_None;
-  Py_INCREF(skey);
-  if (r.ptr) {
-    PyObject* fp;
-    if (r.dense) fp = PyLong_FromLongLong(r.numel);
-    else {
-      fp = PyTuple_New((Py_ssize_t)r.runs.size());
-      for (size_t i = 0; fp && i < r.runs.size(); i++) {
-        PyObject* run = Py_BuildValue("(LL)", (long long)r.runs[i].first, (long long)r.runs[i].second);
-        if (!run) { Py_CLEAR(fp); break; }
-        PyTuple_SET_ITEM(fp, (Py_ssize_t)i, run);
-      }
-    }
-    Py_DECREF(skey);
-    skey = fp ? Py_BuildValue("(NON)", PyLong_FromVoidPtr(r.ptr), (PyObject*)torch::getTHPDtype(r.dtype), fp) : nullptr;
-    if (!skey) { Py_DECREF(meta); return nullptr; }
-  }
+  PyObject* skey = make_skey(r);
+  if (!skey) { Py_DECREF(meta); return nullptr; }
   return Py_BuildValue("(NLON)", meta, (long long)r.version, r.leaf ? Py_True : Py_False, skey);
 }
 
@@ -170,10 +180,9 @@ PyObject* probe(PyObject*, PyObject* o) {
 // bfloat16 or float16 tensor in host memory whose fingerprint plan is in plans); 2: not read, to be deferred
 // (defer_min > 0 and the tensor, which it could read, has at least that many elements: StatTable.add); 0: not
 // handled here (the Python path decides: another dtype or layout, an empty tensor, a plan not built yet).
-PyObject* fill(PyObject*, PyObject* const* a, Py_ssize_t n) {
-  if (n != 6) { PyErr_SetString(PyExc_TypeError, "fill takes 6 arguments"); return nullptr; }
-  PyObject* o = a[0];
-  if (!plain(o)) return PyLong_FromLong(0);
+// fill's work: -1 on a Python error, else what fill returns
+int fill_core(PyObject* o, float* out, const float* head, PyObject* plans, bool pu1_host, long long defer_min) {
+  if (!plain(o)) return 0;
   try {
     const at::Tensor& t = THPVariable_Unpack(o);
     int kind;
@@ -181,34 +190,29 @@ PyObject* fill(PyObject*, PyObject* const* a, Py_ssize_t n) {
       case c10::kFloat: kind = 0; break;
       case c10::kBFloat16: kind = 1; break;
       case c10::kHalf: kind = 2; break;
-      default: return PyLong_FromLong(0);
+      default: return 0;
     }
-    if (!kinds[kind] || t.layout() != c10::kStrided || !t.has_storage()) return PyLong_FromLong(0);
-    if (!t.is_cpu() && !(a[4] == Py_True && t.device().type() == c10::DeviceType::PrivateUse1))
-      return PyLong_FromLong(0);
+    if (!kinds[kind] || t.layout() != c10::kStrided || !t.has_storage()) return 0;
+    if (!t.is_cpu() && !(pu1_host && t.device().type() == c10::DeviceType::PrivateUse1)) return 0;
     int64_t nd = t.dim();
     int64_t numel = t.numel();
-    if (nd > MAXDIM || numel == 0 || !t.is_contiguous()) return PyLong_FromLong(0);
+    if (nd > MAXDIM || numel == 0 || !t.is_contiguous()) return 0;
     const void* x = t.data_ptr();
-    if (!x) return PyLong_FromLong(0);
-    long long defer_min = PyLong_AsLongLong(a[5]);
-    if (defer_min == -1 && PyErr_Occurred()) return nullptr;
-    if (defer_min > 0 && numel >= defer_min && !t.is_inference()) return PyLong_FromLong(2);  // it has a version
+    if (!x) return 0;
+    if (defer_min > 0 && numel >= defer_min && !t.is_inference()) return 2;  // it has a version
     PyObject* key = PyLong_FromLongLong(numel);
-    if (!key) return nullptr;
-    PyObject* plan = PyDict_GetItemWithError(a[3], key);
+    if (!key) return -1;
+    PyObject* plan = PyDict_GetItemWithError(plans, key);
     Py_DECREF(key);
-    if (!plan) { if (PyErr_Occurred()) return nullptr; return PyLong_FromLong(0); }
-    if (!PyTuple_Check(plan) || PyTuple_GET_SIZE(plan) < 5) return PyLong_FromLong(0);
+    if (!plan) return PyErr_Occurred() ? -1 : 0;
+    if (!PyTuple_Check(plan) || PyTuple_GET_SIZE(plan) < 5) return 0;
     PyObject* pp = PyTuple_GET_ITEM(plan, 0);
     const int64_t* pos = pp == Py_None ? nullptr : (const int64_t*)PyLong_AsVoidPtr(pp);
     int64_t k = PyLong_AsLongLong(PyTuple_GET_ITEM(plan, 1));
     const float* w = (const float*)PyLong_AsVoidPtr(PyTuple_GET_ITEM(plan, 2));
     double scale = PyFloat_AsDouble(PyTuple_GET_ITEM(plan, 3));
-    float* out = (float*)PyLong_AsVoidPtr(a[1]);
-    const float* head = a[2] == Py_None ? nullptr : (const float*)PyLong_AsVoidPtr(a[2]);
-    if (PyErr_Occurred()) return nullptr;
-    if (!out || !w) { PyErr_SetString(PyExc_ValueError, "fill: a null pointer"); return nullptr; }
+    if (PyErr_Occurred()) return -1;
+    if (!out || !w) { PyErr_SetString(PyExc_ValueError, "fill: a null pointer"); return -1; }
     int64_t dims[2 * MAXDIM];
     auto sizes = t.sizes();
     auto strides = t.strides();
@@ -218,10 +222,394 @@ PyObject* fill(PyObject*, PyObject* const* a, Py_ssize_t n) {
     kinds[kind](x, (int)nd, dims, pos, k, w, (float)scale, head, out, nullptr);
     Py_END_ALLOW_THREADS
     Py_DECREF(plan);
-    return PyLong_FromLong(1);
+    return 1;
   } catch (const std::exception&) {
-    return PyLong_FromLong(0);
+    return 0;
   }
+}
+
+PyObject* fill(PyObject*, PyObject* const* a, Py_ssize_t n) {
+  if (n != 6) { PyErr_SetString(PyExc_TypeError, "fill takes 6 arguments"); return nullptr; }
+  if (!plain(a[0])) return PyLong_FromLong(0);
+  long long defer_min = PyLong_AsLongLong(a[5]);
+  if (defer_min == -1 && PyErr_Occurred()) return nullptr;
+  float* out = (float*)PyLong_AsVoidPtr(a[1]);
+  const float* head = a[2] == Py_None ? nullptr : (const float*)PyLong_AsVoidPtr(a[2]);
+  if (PyErr_Occurred()) return nullptr;
+  if (!PyDict_Check(a[3])) { PyErr_SetString(PyExc_TypeError, "fill: plans must be a dict"); return nullptr; }
+  int got = fill_core(a[0], out, head, a[3], a[4] == Py_True, defer_min);
+  return got < 0 ? nullptr : PyLong_FromLong(got);
+}
+
+// ----------------------------------------------------------------------------------- the recording of a tensor
+// What Dumper._item_graph does for a tensor, with the probe's reads: _stat_probed, then for a tensor not seen in
+// this step (and not a view of a summarised one) _stat_new, StatTable.add and _remember, touching the same Python
+// objects (the dumper's _seen and _storage, the table's rows). Whatever is less common is the Python methods' own
+// work, called from here: a parameter (_param_stat), a view of a summarised tensor's memory or a table with a
+// deferred row (_stat_new), what the kernel does not read (StatTable._fill), tensor and checksum modes (_keep).
+// The Python path is the reference (tests/precision/test_fastrec.py).
+
+struct Ref {  // an owned reference
+  PyObject* p = nullptr;
+  Ref() = default;
+  explicit Ref(PyObject* o) : p(o) {}
+  ~Ref() { Py_XDECREF(p); }
+  Ref(const Ref&) = delete;
+  Ref& operator=(const Ref&) = delete;
+  PyObject* get() const { return p; }
+  explicit operator bool() const { return p != nullptr; }
+  void reset(PyObject* o) { Py_XDECREF(p); p = o; }
+  PyObject* release() { PyObject* o = p; p = nullptr; return o; }
+};
+
+struct Names {
+  PyObject *seen, *storage, *table, *keeps, *param_stat, *stat_new, *keep, *pending, *n, *cap, *host, *base, *none,
+      *next, *fill, *value, *watch_list, *watch_grad, *item_graph_py, *args, *output, *cfill, *plans, *pu1_host,
+      *grad_targets, *grad_fired;
+} N;
+PyObject* stats_globals = nullptr;  // the stats module's dict (its _cfill, _plans, _pu1_host)
+PyObject* own_fill = nullptr;       // this module's fill, as stats._cfill holds it when the recorder is on
+PyObject* arg_keys[64];             // "0" .. "63"
+long long defer_min = 0, row_bytes = 0;
+
+// connect(stats module dict, fill, defer_min, row bytes)
+PyObject* connect(PyObject*, PyObject* args) {
+  PyObject *g, *f;
+  long long dm, rb;
+  if (!PyArg_ParseTuple(args, "O!OLL", &PyDict_Type, &g, &f, &dm, &rb)) return nullptr;
+  if (!N.seen) {
+    const char* names[] = {"_seen", "_storage", "_table", "_keeps", "_param_stat", "_stat_new", "_keep", "pending",
+                           "n", "_cap", "_host", "_base", "_none", "_next", "_fill", "_value", "_watch_list",
+                           "_watch_grad", "_item_graph_py", "args", "output", "_cfill", "_plans", "_pu1_host",
+                           "_grad_targets", "_grad_fired"};
+    PyObject** slots[] = {&N.seen, &N.storage, &N.table, &N.keeps, &N.param_stat, &N.stat_new, &N.keep, &N.pending,
+                          &N.n, &N.cap, &N.host, &N.base, &N.none, &N.next, &N.fill, &N.value, &N.watch_list,
+                          &N.watch_grad, &N.item_graph_py, &N.args, &N.output, &N.cfill, &N.plans, &N.pu1_host,
+                          &N.grad_targets, &N.grad_fired};
+    static_assert(sizeof(names) / sizeof(names[0]) == sizeof(slots) / sizeof(slots[0]));
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+      *slots[i] = PyUnicode_InternFromString(names[i]);
+      if (!*slots[i]) return nullptr;
+    }
+    for (int i = 0; i < 64; i++) {
+      arg_keys[i] = PyUnicode_FromFormat("%d", i);
+      if (!arg_keys[i]) return nullptr;
+    }
+  }
+  Py_INCREF(g); Py_XSETREF(stats_globals, g);
+  Py_INCREF(f); Py_XSETREF(own_fill, f);
+  defer_min = dm;
+  row_bytes = rb;
+  Py_RETURN_NONE;
+}
+
+// a borrowed entry of the stats module (nullptr with an error when it is missing)
+PyObject* stats_get(PyObject* name) {
+  PyObject* v = PyDict_GetItemWithError(stats_globals, name);
+  if (!v && !PyErr_Occurred()) PyErr_Format(PyExc_AttributeError, "fastrec: stats has no %U", name);
+  return v;
+}
+
+// Dumper._stat_new for a tensor whose memory no valid entry of _storage names, on a table without a deferred row,
+// with the C++ kernel call as stats._cfill: StatTable.add, then _remember; the rest is the Python method's
+PyObject* stat_new(PyObject* d, PyObject* o, const Reads& r, PyObject* id, PyObject* ver, bool defer,
+                   PyObject* seen) {
+  Ref skey(make_skey(r));
+  if (!skey) return nullptr;
+  Ref storage(PyObject_GetAttr(d, N.storage)), table(PyObject_GetAttr(d, N.table));
+  if (!storage || !table) return nullptr;
+  Ref none(PyObject_GetAttr(table.get(), N.none));
+  if (!none) return nullptr;
+  bool python = !PyDict_Check(storage.get()) || !PyAnySet_Check(none.get());
+  if (!python && skey.get() != Py_None) {
+    PyObject* base = PyDict_GetItemWithError(storage.get(), skey.get());
+    if (base) {  // a valid entry (the newest tensor over this memory still lives, unchanged): a view, in Python
+      if (!PyTuple_CheckExact(base) || PyTuple_GET_SIZE(base) != 3) python = true;
+      else {
+        int eq = PyObject_RichCompareBool(PyTuple_GET_ITEM(base, 1), ver, Py_EQ);
+        if (eq < 0) return nullptr;
+        PyObject* ref = PyTuple_GET_ITEM(base, 0);
+        if (eq && (!PyWeakref_Check(ref) || PyWeakref_GetObject(ref) != Py_None)) {
+          int gone = PySet_Contains(none.get(), PyTuple_GET_ITEM(base, 2));
+          if (gone < 0) return nullptr;
+          python = !gone;
+        }
+      }
+    } else if (PyErr_Occurred()) return nullptr;
+  }
+  Ref pending;
+  if (!python) {
+    pending.reset(PyObject_GetAttr(table.get(), N.pending));
+    if (!pending) return nullptr;
+    python = pending.get() != Py_None;
+  }
+  PyObject* cfill = python ? nullptr : stats_get(N.cfill);
+  if (!python && !cfill) return nullptr;
+  if (python || cfill != own_fill)  // None (the Python path only) or a replacement (a test's, the benchmark's)
+    return PyObject_CallMethodObjArgs(d, N.stat_new, o, ver, skey.get(), defer ? Py_True : Py_False, nullptr);
+
+  // StatTable.add: the next row (StatTable._next when the table must be made or grown), the kernel
+  Ref n(PyObject_GetAttr(table.get(), N.n)), cap(PyObject_GetAttr(table.get(), N.cap)),
+      host(PyObject_GetAttr(table.get(), N.host)), base(PyObject_GetAttr(table.get(), N.base));
+  if (!n || !cap || !host || !base) return nullptr;
+  long long i = PyLong_AsLongLong(n.get()), c = PyLong_AsLongLong(cap.get());
+  if (PyErr_Occurred()) return nullptr;
+  Ref idx;
+  if (host.get() == Py_None || i == c) {
+    idx.reset(PyObject_CallMethodNoArgs(table.get(), N.next));
+    if (!idx) return nullptr;
+    base.reset(PyObject_GetAttr(table.get(), N.base));  // made or grown
+    if (!base) return nullptr;
+    i = PyLong_AsLongLong(idx.get());
+    if (PyErr_Occurred()) return nullptr;
+  } else {
+    Ref next(PyLong_FromLongLong(i + 1));
+    if (!next || PyObject_SetAttr(table.get(), N.n, next.get()) < 0) return nullptr;
+    idx.reset(n.release());
+  }
+  unsigned long long b = PyLong_AsUnsignedLongLong(base.get());
+  PyObject* plans = stats_get(N.plans);
+  PyObject* pu1_fn = plans ? stats_get(N.pu1_host) : nullptr;
+  if (PyErr_Occurred() || !plans || !PyDict_Check(plans) || !pu1_fn) {
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "fastrec: stats._plans is not a dict");
+    return nullptr;
+  }
+  Ref pu1(PyObject_CallNoArgs(pu1_fn));
+  if (!pu1) return nullptr;
+  int got = fill_core(o, (float*)(uintptr_t)(b + (unsigned long long)(i * row_bytes)), nullptr, plans,
+                      pu1.get() == Py_True, defer ? defer_min : 0);
+  if (got < 0) return nullptr;
+  if (got == 2) {  // deferred: read at the next call (StatTable.settle)
+    Ref p(PyTuple_Pack(3, o, idx.get(), ver));
+    if (!p || PyObject_SetAttr(table.get(), N.pending, p.get()) < 0) return nullptr;
+  } else if (got == 0) {  // another dtype or layout, a plan not built yet: StatTable._fill, as add would
+    Ref done(PyObject_CallMethodObjArgs(table.get(), N.fill, o, idx.get(), Py_True, nullptr));
+    if (!done) return nullptr;
+  }
+  // _stat_new's end: the memory's entry, then _remember(t, ver, skey, idx, None)
+  int gone = PySet_Contains(none.get(), idx.get());
+  if (gone < 0) return nullptr;
+  if (skey.get() != Py_None && !gone && PyDict_DelItem(storage.get(), skey.get()) < 0) {
+    if (!PyErr_ExceptionMatches(PyExc_KeyError)) return nullptr;
+    PyErr_Clear();
+  }
+  Ref ref(PyWeakref_NewRef(o, nullptr));
+  if (ref) {
+    Ref entry(PyTuple_Pack(3, ref.get(), ver, idx.get()));
+    if (!entry || PyDict_SetItem(seen, id, entry.get()) < 0) return nullptr;
+    if (skey.get() != Py_None && !gone && PyDict_SetItem(storage.get(), skey.get(), entry.get()) < 0) return nullptr;
+  } else {
+    if (!PyErr_ExceptionMatches(PyExc_TypeError)) return nullptr;
+    PyErr_Clear();  // no weak reference to it: not remembered (as _remember)
+  }
+  Ref keeps(PyObject_GetAttr(d, N.keeps));
+  if (!keeps) return nullptr;
+  int k = PyObject_IsTrue(keeps.get());
+  if (k < 0) return nullptr;
+  if (k) {
+    Ref kept(PyObject_CallMethodObjArgs(d, N.keep, o, idx.get(), nullptr));
+    if (!kept) return nullptr;
+  }
+  return idx.release();
+}
+
+// Dumper._stat_probed: the row of the tensor, from _seen when it was summarised at this version
+PyObject* stat_probed(PyObject* d, PyObject* o, const Reads& r, bool defer) {
+  Ref id(PyLong_FromVoidPtr(o));
+  if (!id) return nullptr;
+  if (r.inference)  // no version counter: summarised every time, in Python
+    return PyObject_CallMethodObjArgs(d, N.stat_new, o, Py_None, Py_None, defer ? Py_True : Py_False, nullptr);
+  Ref ver(PyLong_FromLongLong(r.version));
+  if (!ver) return nullptr;
+  if (r.leaf) return PyObject_CallMethodObjArgs(d, N.param_stat, o, id.get(), ver.get(), nullptr);
+  Ref seen(PyObject_GetAttr(d, N.seen));
+  if (!seen) return nullptr;
+  if (!PyDict_Check(seen.get())) { PyErr_SetString(PyExc_TypeError, "fastrec: Dumper._seen is not a dict"); return nullptr; }
+  PyObject* hit = PyDict_GetItemWithError(seen.get(), id.get());
+  if (hit) {
+    if (PyTuple_CheckExact(hit) && PyTuple_GET_SIZE(hit) == 3) {
+      int eq = PyObject_RichCompareBool(PyTuple_GET_ITEM(hit, 1), ver.get(), Py_EQ);
+      if (eq < 0) return nullptr;
+      PyObject* ref = PyTuple_GET_ITEM(hit, 0);
+      if (eq && PyWeakref_Check(ref) && PyWeakref_GetObject(ref) == o) {
+        PyObject* i = PyTuple_GET_ITEM(hit, 2);
+        Py_INCREF(i);
+        return i;
+      }
+    }
+  } else if (PyErr_Occurred()) return nullptr;
+  return stat_new(d, o, r, id.get(), ver.get(), defer, seen.get());
+}
+
+// 1: *item = (key, meta, row) and *graph (requires grad, not a leaf); 0: left to the Python path; -1: an error
+int item_core(PyObject* d, PyObject* o, PyObject* key, bool defer, PyObject** item, bool* graph) {
+  if (!plain(o)) return 0;
+  Reads r;
+  try {
+    const at::Tensor& t = THPVariable_Unpack(o);
+    if (!t.defined()) return 0;
+    read_tensor(t, r);
+  } catch (const std::exception&) {
+    return 0;
+  }
+  Ref meta(make_meta(r));
+  if (!meta) return -1;
+  PyObject* idx = stat_probed(d, o, r, defer);
+  if (!idx) return -1;
+  *item = PyTuple_Pack(3, key, meta.get(), idx);
+  Py_DECREF(idx);
+  if (!*item) return -1;
+  *graph = r.requires_grad && !r.leaf;
+  return 1;
+}
+
+// item(d, t, key, defer) -> ((key, meta, row), requires grad and not a leaf), or None: Dumper._item_graph's
+// answer, or the Python path's to give (a tensor subclass, an undefined tensor)
+PyObject* item(PyObject*, PyObject* const* a, Py_ssize_t n) {
+  if (n != 4) { PyErr_SetString(PyExc_TypeError, "item takes 4 arguments"); return nullptr; }
+  if (!stats_globals) { PyErr_SetString(PyExc_RuntimeError, "fastrec: connect() first"); return nullptr; }
+  int defer = PyObject_IsTrue(a[3]);
+  if (defer < 0) return nullptr;
+  PyObject* it = nullptr;
+  bool graph = false;
+  int got = item_core(a[0], a[1], a[2], defer, &it, &graph);
+  if (got < 0) return nullptr;
+  if (got == 0) Py_RETURN_NONE;
+  return Py_BuildValue("(NO)", it, graph ? Py_True : Py_False);
+}
+
+
+// ---------------------------------------------------------------------------------------- the gradient hooks
+// Dumper._add_grad_hook(t, Dumper._grad_hook(targets)) in C++: a tensor hook (at::TensorBase::register_hook, as
+// Tensor.register_hook is for Python hooks: on the tensor's grad_fn at this version) that calls
+// d._grad_fired(targets, grad). No OrderedDict, no Python object of the grad_fn, no closure per tensor.
+
+struct Held {  // Python objects a hook holds: released with the GIL, wherever autograd frees the graph
+  PyObject *d, *targets;
+  Held(PyObject* d_, PyObject* t_) : d(d_), targets(t_) { Py_INCREF(d); Py_INCREF(targets); }
+  Held(const Held&) = delete;
+  Held& operator=(const Held&) = delete;
+  ~Held() {
+    if (!Py_IsInitialized()) return;
+    PyGILState_STATE g = PyGILState_Ensure();
+    Py_DECREF(d);
+    Py_DECREF(targets);
+    PyGILState_Release(g);
+  }
+};
+
+// 1: hooked; 0: left to the Python path (a tensor subclass, one that does not require grad); -1: an error
+int hook_core(PyObject* o, PyObject* d, PyObject* targets) {
+  if (!plain(o)) return 0;
+  try {
+    const at::Tensor& t = THPVariable_Unpack(o);
+    if (!t.defined() || !t.requires_grad()) return 0;
+    auto held = std::make_shared<Held>(d, targets);
+    t.register_hook([held](const at::TensorBase& grad) {
+      PyGILState_STATE g = PyGILState_Ensure();
+      PyObject* gp = THPVariable_Wrap(at::Tensor(grad));
+      PyObject* r = gp ? PyObject_CallMethodObjArgs(held->d, N.grad_fired, held->targets, gp, nullptr) : nullptr;
+      Py_XDECREF(gp);
+      if (!r) {  // the dumper's error: kept in the exception (this thread's state may go with the GIL), re-raised
+        python_error e;
+        e.persist();
+        PyGILState_Release(g);
+        throw std::move(e);
+      }
+      Py_DECREF(r);
+      PyGILState_Release(g);
+    });
+    return 1;
+  } catch (const python_error&) {
+    throw;
+  } catch (const std::exception&) {
+    return 0;
+  }
+}
+
+// hook(t, d, targets) -> bool: True when hooked (else the Python path hooks it)
+PyObject* hook(PyObject*, PyObject* const* a, Py_ssize_t n) {
+  if (n != 3) { PyErr_SetString(PyExc_TypeError, "hook takes 3 arguments"); return nullptr; }
+  if (!N.grad_fired) { PyErr_SetString(PyExc_RuntimeError, "fastrec: connect() first"); return nullptr; }
+  int got = hook_core(a[0], a[1], a[2]);
+  if (got < 0) return nullptr;
+  return PyBool_FromLong(got);
+}
+
+// Dumper._watch_grad(t, rec, side, key, idx) with the row given: one hook per row, every call's target on it
+int watch_core(PyObject* d, PyObject* o, PyObject* rec, PyObject* side, PyObject* key, PyObject* idx) {
+  Ref all(PyObject_GetAttr(d, N.grad_targets));
+  if (!all) return -1;
+  if (!PyDict_Check(all.get())) { PyErr_SetString(PyExc_TypeError, "fastrec: _grad_targets is not a dict"); return -1; }
+  PyObject* targets = PyDict_GetItemWithError(all.get(), idx);  // borrowed
+  if (!targets) {
+    if (PyErr_Occurred()) return -1;
+    Ref fresh(PyList_New(0));
+    if (!fresh || PyDict_SetItem(all.get(), idx, fresh.get()) < 0) return -1;
+    int got = hook_core(o, d, fresh.get());
+    if (got < 0) return -1;
+    if (got == 0) {  // the Python path: _add_grad_hook(t, d._grad_hook(targets))
+      Ref w(PyObject_CallMethod(d, "_hook_py", "OO", o, fresh.get()));
+      if (!w) return -1;
+    }
+    targets = fresh.get();  // the dict holds it
+  }
+  Ref entry(PyTuple_Pack(3, rec, side, key));
+  if (!entry || PyList_Append(targets, entry.get()) < 0) return -1;
+  return 0;
+}
+
+// inputs(d, rec, args, watch): Dumper._record_inputs for the positional arguments (keyword arguments: Python)
+PyObject* inputs(PyObject*, PyObject* const* a, Py_ssize_t n) {
+  if (n != 4) { PyErr_SetString(PyExc_TypeError, "inputs takes 4 arguments"); return nullptr; }
+  if (!stats_globals) { PyErr_SetString(PyExc_RuntimeError, "fastrec: connect() first"); return nullptr; }
+  PyObject *d = a[0], *rec = a[1];
+  int watch = PyObject_IsTrue(a[3]);
+  if (watch < 0) return nullptr;
+  Ref seq(PySequence_Fast(a[2], "fastrec.inputs: args must be a sequence"));
+  if (!seq) return nullptr;
+  Ref out(PyObject_GetAttr(rec, N.args));
+  if (!out) return nullptr;
+  Py_ssize_t count = PySequence_Fast_GET_SIZE(seq.get());
+  for (Py_ssize_t i = 0; i < count; i++) {
+    PyObject* x = PySequence_Fast_GET_ITEM(seq.get(), i);
+    Ref key;
+    if (i < 64) { Py_INCREF(arg_keys[i]); key.reset(arg_keys[i]); }
+    else key.reset(PyUnicode_FromFormat("%zd", i));
+    if (!key) return nullptr;
+    if (THPVariable_Check(x)) {
+      PyObject* it = nullptr;
+      bool graph = false;
+      int got = item_core(d, x, key.get(), false, &it, &graph);
+      if (got < 0) return nullptr;
+      Ref itm(it);
+      if (got == 0) {  // the Python path: ((key, meta, row), graph)
+        Ref res(PyObject_CallMethodObjArgs(d, N.item_graph_py, x, key.get(), nullptr));
+        if (!res) return nullptr;
+        if (!PyTuple_Check(res.get()) || PyTuple_GET_SIZE(res.get()) != 2) {
+          PyErr_SetString(PyExc_TypeError, "fastrec: _item_graph_py gave no pair");
+          return nullptr;
+        }
+        itm.reset(PyTuple_GET_ITEM(res.get(), 0));
+        Py_INCREF(itm.get());
+        int g = PyObject_IsTrue(PyTuple_GET_ITEM(res.get(), 1));
+        if (g < 0) return nullptr;
+        graph = g;
+      }
+      if (PyList_Append(out.get(), itm.get()) < 0) return nullptr;
+      PyObject* row = PyTuple_Check(itm.get()) && PyTuple_GET_SIZE(itm.get()) == 3 ? PyTuple_GET_ITEM(itm.get(), 2)
+                                                                                    : Py_None;
+      if (watch && graph && row != Py_None && watch_core(d, x, rec, N.output, key.get(), row) < 0) return nullptr;
+    } else {
+      Ref v(PyObject_CallMethodObjArgs(d, N.value, x, key.get(), out.get(), nullptr));
+      if (!v) return nullptr;
+      if (watch && (PyList_Check(x) || PyTuple_Check(x))) {
+        Ref w(PyObject_CallMethodObjArgs(d, N.watch_list, x, rec, key.get(), nullptr));
+        if (!w) return nullptr;
+      }
+    }
+  }
+  Py_RETURN_NONE;
 }
 
 // init(kernel addresses (3, 0 where none), torch.Tensor, torch.nn.Parameter)
@@ -242,8 +630,9 @@ PyObject* init(PyObject*, PyObject* args) {
 // (what msprobe_io._write_step builds from dicts: the same values, read back), each put in data[name] as
 // orjson.Fragment(text); the keys are already in data, so the order stays the recs'. specs: (name, args, outputs,
 // parameters or None, (kind, module_path, api, class_name, order, call_index, source, autocast)); rows: the step's
-// statistics rows (lists of 14 floats, or None). Returns the indices of the specs it left to the Python path: keys
-// nested deeper than one list, a list passed by keyword, an output that is a dict, a value of another type.
+// statistics rows (lists of 14 floats, or None), or StatTable.host_rows() to read them from the table's memory.
+// Returns the indices of the specs it left to the Python path: keys nested deeper than one list, a list passed by
+// keyword, an output that is a dict, a value of another type.
 namespace {
 PyObject *s_type, *s_value;  // interned attribute names of ScalarArg
 
@@ -254,7 +643,10 @@ struct Parts {  // a statistics row's text for one shape: before and after "requ
 
 struct Writer {
   std::string o;
-  PyObject* rows = nullptr;
+  PyObject* rows = nullptr;  // the rows as lists; or, where null, read from the table's memory:
+  unsigned long long base = 0;  // its first row's address
+  long long nrows = 0, rbytes = 0;
+  PyObject* over = nullptr;  // row -> None or a list: the rows not in that memory
   std::vector<std::vector<Parts>> cache;  // by row: a tensor named by several calls is formatted once per shape
 
   void lit(const char* s) { o.append(s); }
@@ -352,17 +744,33 @@ struct Writer {
       for (const Parts& p : cache[(size_t)row]) if (p.numel == numel) return &p;
     Parts p{numel, {}, {}};
     PyObject* r = nullptr;
-    if (row >= 0 && row < PyList_GET_SIZE(rows)) r = PyList_GET_ITEM(rows, row);
-    if (r == nullptr || r == Py_None) {
+    double v[14];
+    bool mem = false;  // the row read from the table's memory
+    if (rows) {
+      if (row >= 0 && row < PyList_GET_SIZE(rows)) r = PyList_GET_ITEM(rows, row);
+    } else if (row >= 0 && row < nrows) {
+      PyObject* key = PyLong_FromLongLong(row);
+      if (!key) { PyErr_Clear(); return nullptr; }
+      r = PyDict_GetItemWithError(over, key);  // borrowed: a row without statistics (None) or torch's (a list)
+      Py_DECREF(key);
+      if (!r) {
+        if (PyErr_Occurred()) { PyErr_Clear(); return nullptr; }
+        const float* f = (const float*)(uintptr_t)(base + (unsigned long long)row * (unsigned long long)rbytes);
+        for (int j = 0; j < 14; j++) v[j] = (double)f[j];
+        mem = true;
+      }
+    }
+    if (!mem && (r == nullptr || r == Py_None)) {
       p.head = "\"Max\":null,\"Min\":null,\"Mean\":null,\"Norm\":null,";
       p.tail = "\"fingerprint\":[],\"nan_count\":0,\"inf_count\":0,";
     } else {
-      if (!PyList_Check(r) || PyList_GET_SIZE(r) != 14) return nullptr;
-      double v[14];
-      for (int j = 0; j < 14; j++) {
-        PyObject* x = PyList_GET_ITEM(r, j);
-        if (!PyFloat_Check(x)) return nullptr;
-        v[j] = PyFloat_AS_DOUBLE(x);
+      if (!mem) {
+        if (!PyList_Check(r) || PyList_GET_SIZE(r) != 14) return nullptr;
+        for (int j = 0; j < 14; j++) {
+          PyObject* x = PyList_GET_ITEM(r, j);
+          if (!PyFloat_Check(x)) return nullptr;
+          v[j] = PyFloat_AS_DOUBLE(x);
+        }
       }
       std::string& a = p.head;
       a.append("\"Max\":"); num(v[1], a);
@@ -545,8 +953,22 @@ struct Writer {
 PyObject* entries(PyObject*, PyObject* const* a, Py_ssize_t n) {
   if (n != 4) { PyErr_SetString(PyExc_TypeError, "entries takes 4 arguments"); return nullptr; }
   PyObject *specs = a[0], *rows = a[1], *fragment = a[2], *data = a[3];
-  if (!PyList_Check(specs) || !PyList_Check(rows) || !PyDict_Check(data)) {
-    PyErr_SetString(PyExc_TypeError, "entries(list, list, Fragment, dict)");
+  unsigned long long base = 0;
+  long long nrows = 0, rbytes = 0;
+  PyObject* over = nullptr;
+  if (PyTuple_Check(rows)) {  // (address, rows, bytes a row, {row: None or list}): StatTable.host_rows
+    if (!PyArg_ParseTuple(rows, "KLLO!", &base, &nrows, &rbytes, &PyDict_Type, &over)) return nullptr;
+    if (rbytes < 14 * (long long)sizeof(float) || nrows < 0 || (nrows && !base)) {
+      PyErr_SetString(PyExc_ValueError, "entries: a table of rows shorter than 14 floats");
+      return nullptr;
+    }
+    rows = nullptr;
+  } else if (!PyList_Check(rows)) {
+    PyErr_SetString(PyExc_TypeError, "entries: rows must be a list or StatTable.host_rows()");
+    return nullptr;
+  }
+  if (!PyList_Check(specs) || !PyDict_Check(data)) {
+    PyErr_SetString(PyExc_TypeError, "entries(list, rows, Fragment, dict)");
     return nullptr;
   }
   if (!s_type) {
@@ -558,7 +980,11 @@ PyObject* entries(PyObject*, PyObject* const* a, Py_ssize_t n) {
   if (!missed) return nullptr;
   Writer w;
   w.rows = rows;
-  w.cache.resize((size_t)PyList_GET_SIZE(rows));
+  w.base = base;
+  w.nrows = nrows;
+  w.rbytes = rbytes;
+  w.over = over;
+  w.cache.resize((size_t)(rows ? PyList_GET_SIZE(rows) : nrows));
   w.o.reserve(8192);
   for (Py_ssize_t i = 0; i < PyList_GET_SIZE(specs); i++) {
     PyObject* spec = PyList_GET_ITEM(specs, i);
@@ -588,6 +1014,10 @@ PyMethodDef methods[] = {
   {"fill", (PyCFunction)(void (*)(void))fill, METH_FASTCALL, "a contiguous tensor's statistics row"},
   {"init", (PyCFunction)init, METH_VARARGS, "kernels and tensor types"},
   {"entries", (PyCFunction)(void (*)(void))entries, METH_FASTCALL, "the step's common dump.json entries"},
+  {"connect", (PyCFunction)connect, METH_VARARGS, "the statistics table's module, fill, constants"},
+  {"item", (PyCFunction)(void (*)(void))item, METH_FASTCALL, "the recording of a tensor"},
+  {"inputs", (PyCFunction)(void (*)(void))inputs, METH_FASTCALL, "the recording of a call's positional inputs"},
+  {"hook", (PyCFunction)(void (*)(void))hook, METH_FASTCALL, "a gradient hook calling the dumper"},
   {nullptr, nullptr, 0, nullptr},
 };
 }  // namespace

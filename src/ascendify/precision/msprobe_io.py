@@ -83,8 +83,10 @@ class DumpWriteError(RuntimeError):
 
 
 def write_step(dumper, recs, rows) -> Path:
-    """Write one recorded step of ``dumper`` (``Dumper``); returns the rank folder. A write that fails (a full
-    disk) removes what it wrote of the step, so no rank folder is left without its ``dump.json``, and raises
+    """Write one recorded step of ``dumper`` (``Dumper``); returns the rank folder. ``rows``: the step's
+    statistics rows (``StatTable.rows()``), or the ``StatTable`` itself, whose rows are then read where they are
+    (``fastrec.entries``) and made into Python lists only where the Python path needs them. A write that fails (a
+    full disk) removes what it wrote of the step, so no rank folder is left without its ``dump.json``, and raises
     :class:`DumpWriteError`."""
     folder = Path(dumper.root) / f"step{dumper.step_index}" / f"rank{dumper.rank}"
     try:
@@ -107,10 +109,19 @@ def _write_step(dumper, recs, rows, folder: Path) -> Path:
     import torch
 
     fresh = not folder.is_dir()  # no earlier files of this step to remove first (_write_plain)
+    if not fresh:  # rewriting a step: it stays "interrupted" until its new dump.json lands (_write_last)
+        try:
+            os.unlink(folder / "dump.json")
+        except FileNotFoundError:
+            pass
     data_dir = folder / "dump_tensor_data"
     if dumper.mode == "tensors":
         dumper.check_disk(Path(dumper.root), dumper.tensor_bytes())
     saved: dict[int, str] = {}
+    host = None
+    if hasattr(rows, "host_rows"):  # a StatTable
+        table, rows = rows, _LazyRows(rows)
+        host = table.host_rows()
 
     summaries: dict[Any, tuple] = {}  # statistics index -> the JSON values of its row (a tensor is in many entries)
 
@@ -314,7 +325,8 @@ def _write_step(dumper, recs, rows, folder: Path) -> Path:
             }
             construct[gname] = None
     if specs:
-        for i in fast(specs, rows, _orjson.Fragment, data):  # what it left (a nested or unusual value): as above
+        # what it left (a nested or unusual value): as above
+        for i in fast(specs, rows if host is None else host, _orjson.Fragment, data):
             data[spec_recs[i][0].name] = forward_entry(*spec_recs[i])
 
     import torch as _t
@@ -351,6 +363,21 @@ def _write_step(dumper, recs, rows, folder: Path) -> Path:
         body = _dumps(doc)
     _write_last(folder / "dump.json", body)
     return folder
+
+
+class _LazyRows:
+    """A ``StatTable``'s ``rows()``, made on the first look at a row (a node the Python path writes)."""
+
+    __slots__ = ("table", "rows")
+
+    def __init__(self, table):
+        self.table = table
+        self.rows = None
+
+    def __getitem__(self, i: int):
+        if self.rows is None:
+            self.rows = self.table.rows()
+        return self.rows[i]
 
 
 # ------------------------------------------------------------------------------------------------ the dump folder
@@ -457,13 +484,12 @@ def _write_plain(path: Path, data: bytes | str, fresh: bool = False) -> None:
     and ``pathlib``'s and ``open()``'s layers cost more than the system calls (``benchmarks/dump_overhead.py``)."""
     p = os.fspath(path)
     if not fresh:
-        # rewriting a step: it stays "interrupted" until the new dump.json lands. The file itself is removed
-        # first too: ext4 flushes a truncated file's new data at close (auto_da_alloc), ~0.5 ms a file
-        for old in (os.path.join(os.path.dirname(p), "dump.json"), p):
-            try:
-                os.unlink(old)
-            except FileNotFoundError:
-                pass
+        # rewriting a step (whose dump.json _write_step removed first): the file is removed before it is written
+        # again, as ext4 flushes a truncated file's new data at close (auto_da_alloc), ~0.5 ms a file
+        try:
+            os.unlink(p)
+        except FileNotFoundError:
+            pass
     _write_file(p, data, 0o666)
 
 

@@ -430,22 +430,33 @@ class StatTable:
         # off around it, cost several times as much right after a forward (a dump's fixed cost per step)
         flat = memoryview((ctypes.c_float * (n * STAT_LEN)).from_address(self._base)).cast("B").cast("f").tolist()
         out: list[list[float] | None] = [flat[i : i + STAT_LEN] for i in range(0, n * STAT_LEN, STAT_LEN)]
-        if not self._dev:
-            for i in self._none:
-                out[i] = None
-            return out
-        with torch.no_grad(), torch._C.DisableTorchFunction():
-            groups: dict[str, list[int]] = {}
-            for i, v in self._dev.items():
-                groups.setdefault(str(v.device), []).append(i)
-            for idxs in groups.values():
-                try:
-                    host = torch.stack([self._dev[i] for i in idxs]).to("cpu", torch.float64).tolist()
-                except Exception:  # rows without data (a meta tensor's): none of these, the step's others kept
-                    host = [None] * len(idxs)
-                    self._none.update(idxs)
-                for i, row in zip(idxs, host, strict=True):
-                    out[i] = row
+        for i, row in self._others().items():
+            out[i] = row
+        return out
+
+    def host_rows(self) -> tuple[int, int, int, dict[int, list[float] | None]]:
+        """The rows as :meth:`rows` gives them, for a reader in C (``fastrec.entries``): ``(address of row 0, number
+        of rows, bytes a row, {row: None or its floats})``, the dictionary naming the rows that are not in that
+        memory (no statistics; computed by torch). Valid until the next change to the table."""
+        self.settle()
+        return (self._base, self.n, _ROW, self._others())
+
+    def _others(self) -> dict[int, list[float] | None]:
+        """The rows not in the host table: None for those without statistics, the floats of those torch made."""
+        out: dict[int, list[float] | None] = {}
+        if self._dev:
+            with torch.no_grad(), torch._C.DisableTorchFunction():
+                groups: dict[str, list[int]] = {}
+                for i, v in self._dev.items():
+                    groups.setdefault(str(v.device), []).append(i)
+                for idxs in groups.values():
+                    try:
+                        host = torch.stack([self._dev[i] for i in idxs]).to("cpu", torch.float64).tolist()
+                    except Exception:  # rows without data (a meta tensor's): none of these, the step's others kept
+                        host = [None] * len(idxs)
+                        self._none.update(idxs)
+                    for i, row in zip(idxs, host, strict=True):
+                        out[i] = row
         for i in self._none:
             out[i] = None
         return out
