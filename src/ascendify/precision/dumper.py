@@ -145,13 +145,12 @@ _device_names: dict[torch.device, str] = {}
 _probe = None
 _citem = None
 _cinputs = None
-_chook = None  # fastrec.hook: a gradient hook without Python objects per tensor (Dumper._watch_grad)
 _fastrec_tried = False
 
 
 def _connect_fastrec() -> None:
     """Load the C++ recorder (``fastrec``; built on first use) and give its kernel call to the statistics table."""
-    global _probe, _citem, _cinputs, _chook, _fastrec_tried
+    global _probe, _citem, _cinputs, _fastrec_tried
     if _fastrec_tried:
         return
     _fastrec_tried = True
@@ -163,7 +162,7 @@ def _connect_fastrec() -> None:
         stats.set_cfill(fns[1])
         rec = fastrec.recorder()
         if rec is not None:
-            _citem, _cinputs, _chook = rec
+            _citem, _cinputs = rec
 
 
 def _meta(t: torch.Tensor) -> tuple[str, tuple[int, ...], bool, str]:
@@ -1110,24 +1109,17 @@ class Dumper:
         targets = self._grad_targets.get(idx)
         if targets is None:
             targets = self._grad_targets[idx] = []
-            if _chook is None or not _chook(t, self, targets):  # fastrec.hook: the same hook in C++
-                self._hook_py(t, targets)
+            # a Python hook (not a C++ one: torch's CppFunctionTensorPreHook stops compiled autograd, nyi)
+            _add_grad_hook(t, self._grad_hook(targets))
         targets.append((rec, side, key))
-
-    def _hook_py(self, t: torch.Tensor, targets: list) -> None:
-        _add_grad_hook(t, self._grad_hook(targets))
 
     def _grad_hook(self, targets: list):
         def hook(grad):
-            self._grad_fired(targets, grad)
+            if self._recording and grad is not None and not self._busy:
+                self._record_grads(targets, grad)
             return None
 
         return hook
-
-    def _grad_fired(self, targets: list, grad: torch.Tensor | None) -> None:
-        """A watched tensor's gradient: recorded for every call in ``targets`` (while recording, not our own)."""
-        if self._recording and grad is not None and not self._busy:
-            self._record_grads(targets, grad)
 
     def _backward_rec(self, rec: _Rec) -> _Rec:
         b = rec.backward

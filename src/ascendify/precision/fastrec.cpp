@@ -7,7 +7,6 @@
 #include <torch/csrc/Size.h>
 #include <torch/csrc/DynamicTypes.h>
 #include <torch/csrc/Device.h>
-#include <torch/csrc/Exceptions.h>
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -264,8 +263,7 @@ struct Ref {  // an owned reference
 
 struct Names {
   PyObject *seen, *storage, *table, *keeps, *param_stat, *stat_new, *keep, *pending, *n, *cap, *host, *base, *none,
-      *next, *fill, *value, *watch_list, *watch_grad, *item_graph_py, *args, *output, *cfill, *plans, *pu1_host,
-      *grad_targets, *grad_fired;
+      *next, *fill, *value, *watch_list, *watch_grad, *item_graph_py, *args, *output, *cfill, *plans, *pu1_host;
 } N;
 PyObject* stats_globals = nullptr;  // the stats module's dict (its _cfill, _plans, _pu1_host)
 PyObject* own_fill = nullptr;       // this module's fill, as stats._cfill holds it when the recorder is on
@@ -280,12 +278,10 @@ PyObject* connect(PyObject*, PyObject* args) {
   if (!N.seen) {
     const char* names[] = {"_seen", "_storage", "_table", "_keeps", "_param_stat", "_stat_new", "_keep", "pending",
                            "n", "_cap", "_host", "_base", "_none", "_next", "_fill", "_value", "_watch_list",
-                           "_watch_grad", "_item_graph_py", "args", "output", "_cfill", "_plans", "_pu1_host",
-                           "_grad_targets", "_grad_fired"};
+                           "_watch_grad", "_item_graph_py", "args", "output", "_cfill", "_plans", "_pu1_host"};
     PyObject** slots[] = {&N.seen, &N.storage, &N.table, &N.keeps, &N.param_stat, &N.stat_new, &N.keep, &N.pending,
                           &N.n, &N.cap, &N.host, &N.base, &N.none, &N.next, &N.fill, &N.value, &N.watch_list,
-                          &N.watch_grad, &N.item_graph_py, &N.args, &N.output, &N.cfill, &N.plans, &N.pu1_host,
-                          &N.grad_targets, &N.grad_fired};
+                          &N.watch_grad, &N.item_graph_py, &N.args, &N.output, &N.cfill, &N.plans, &N.pu1_host};
     static_assert(sizeof(names) / sizeof(names[0]) == sizeof(slots) / sizeof(slots[0]));
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
       *slots[i] = PyUnicode_InternFromString(names[i]);
@@ -343,6 +339,8 @@ PyObject* stat_new(PyObject* d, PyObject* o, const Reads& r, PyObject* id, PyObj
     if (!pending) return nullptr;
     python = pending.get() != Py_None;
   }
+  // a tensor the kernel call does not read but StatTable.add may still defer (more than MAXDIM dimensions): Python
+  if (defer && r.sizes.size() > (size_t)MAXDIM) python = true;
   PyObject* cfill = python ? nullptr : stats_get(N.cfill);
   if (!python && !cfill) return nullptr;
   if (python || cfill != own_fill)  // None (the Python path only) or a replacement (a test's, the benchmark's)
@@ -374,6 +372,8 @@ PyObject* stat_new(PyObject* d, PyObject* o, const Reads& r, PyObject* id, PyObj
     if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "fastrec: stats._plans is not a dict");
     return nullptr;
   }
+  Ref held(plans);  // held across _pu1_host(), which runs Python
+  Py_INCREF(plans);
   Ref pu1(PyObject_CallNoArgs(pu1_fn));
   if (!pu1) return nullptr;
   int got = fill_core(o, (float*)(uintptr_t)(b + (unsigned long long)(i * row_bytes)), nullptr, plans,
@@ -479,86 +479,6 @@ PyObject* item(PyObject*, PyObject* const* a, Py_ssize_t n) {
 }
 
 
-// ---------------------------------------------------------------------------------------- the gradient hooks
-// Dumper._add_grad_hook(t, Dumper._grad_hook(targets)) in C++: a tensor hook (at::TensorBase::register_hook, as
-// Tensor.register_hook is for Python hooks: on the tensor's grad_fn at this version) that calls
-// d._grad_fired(targets, grad). No OrderedDict, no Python object of the grad_fn, no closure per tensor.
-
-struct Held {  // Python objects a hook holds: released with the GIL, wherever autograd frees the graph
-  PyObject *d, *targets;
-  Held(PyObject* d_, PyObject* t_) : d(d_), targets(t_) { Py_INCREF(d); Py_INCREF(targets); }
-  Held(const Held&) = delete;
-  Held& operator=(const Held&) = delete;
-  ~Held() {
-    if (!Py_IsInitialized()) return;
-    PyGILState_STATE g = PyGILState_Ensure();
-    Py_DECREF(d);
-    Py_DECREF(targets);
-    PyGILState_Release(g);
-  }
-};
-
-// 1: hooked; 0: left to the Python path (a tensor subclass, one that does not require grad); -1: an error
-int hook_core(PyObject* o, PyObject* d, PyObject* targets) {
-  if (!plain(o)) return 0;
-  try {
-    const at::Tensor& t = THPVariable_Unpack(o);
-    if (!t.defined() || !t.requires_grad()) return 0;
-    auto held = std::make_shared<Held>(d, targets);
-    t.register_hook([held](const at::TensorBase& grad) {
-      PyGILState_STATE g = PyGILState_Ensure();
-      PyObject* gp = THPVariable_Wrap(at::Tensor(grad));
-      PyObject* r = gp ? PyObject_CallMethodObjArgs(held->d, N.grad_fired, held->targets, gp, nullptr) : nullptr;
-      Py_XDECREF(gp);
-      if (!r) {  // the dumper's error: kept in the exception (this thread's state may go with the GIL), re-raised
-        python_error e;
-        e.persist();
-        PyGILState_Release(g);
-        throw std::move(e);
-      }
-      Py_DECREF(r);
-      PyGILState_Release(g);
-    });
-    return 1;
-  } catch (const python_error&) {
-    throw;
-  } catch (const std::exception&) {
-    return 0;
-  }
-}
-
-// hook(t, d, targets) -> bool: True when hooked (else the Python path hooks it)
-PyObject* hook(PyObject*, PyObject* const* a, Py_ssize_t n) {
-  if (n != 3) { PyErr_SetString(PyExc_TypeError, "hook takes 3 arguments"); return nullptr; }
-  if (!N.grad_fired) { PyErr_SetString(PyExc_RuntimeError, "fastrec: connect() first"); return nullptr; }
-  int got = hook_core(a[0], a[1], a[2]);
-  if (got < 0) return nullptr;
-  return PyBool_FromLong(got);
-}
-
-// Dumper._watch_grad(t, rec, side, key, idx) with the row given: one hook per row, every call's target on it
-int watch_core(PyObject* d, PyObject* o, PyObject* rec, PyObject* side, PyObject* key, PyObject* idx) {
-  Ref all(PyObject_GetAttr(d, N.grad_targets));
-  if (!all) return -1;
-  if (!PyDict_Check(all.get())) { PyErr_SetString(PyExc_TypeError, "fastrec: _grad_targets is not a dict"); return -1; }
-  PyObject* targets = PyDict_GetItemWithError(all.get(), idx);  // borrowed
-  if (!targets) {
-    if (PyErr_Occurred()) return -1;
-    Ref fresh(PyList_New(0));
-    if (!fresh || PyDict_SetItem(all.get(), idx, fresh.get()) < 0) return -1;
-    int got = hook_core(o, d, fresh.get());
-    if (got < 0) return -1;
-    if (got == 0) {  // the Python path: _add_grad_hook(t, d._grad_hook(targets))
-      Ref w(PyObject_CallMethod(d, "_hook_py", "OO", o, fresh.get()));
-      if (!w) return -1;
-    }
-    targets = fresh.get();  // the dict holds it
-  }
-  Ref entry(PyTuple_Pack(3, rec, side, key));
-  if (!entry || PyList_Append(targets, entry.get()) < 0) return -1;
-  return 0;
-}
-
 // inputs(d, rec, args, watch): Dumper._record_inputs for the positional arguments (keyword arguments: Python)
 PyObject* inputs(PyObject*, PyObject* const* a, Py_ssize_t n) {
   if (n != 4) { PyErr_SetString(PyExc_TypeError, "inputs takes 4 arguments"); return nullptr; }
@@ -566,7 +486,8 @@ PyObject* inputs(PyObject*, PyObject* const* a, Py_ssize_t n) {
   PyObject *d = a[0], *rec = a[1];
   int watch = PyObject_IsTrue(a[3]);
   if (watch < 0) return nullptr;
-  Ref seq(PySequence_Fast(a[2], "fastrec.inputs: args must be a sequence"));
+  // a tuple (the loop calls back into Python, which could change a list under it)
+  Ref seq(PyTuple_Check(a[2]) ? (Py_INCREF(a[2]), a[2]) : PySequence_Tuple(a[2]));
   if (!seq) return nullptr;
   Ref out(PyObject_GetAttr(rec, N.args));
   if (!out) return nullptr;
@@ -577,7 +498,10 @@ PyObject* inputs(PyObject*, PyObject* const* a, Py_ssize_t n) {
     if (i < 64) { Py_INCREF(arg_keys[i]); key.reset(arg_keys[i]); }
     else key.reset(PyUnicode_FromFormat("%zd", i));
     if (!key) return nullptr;
-    if (THPVariable_Check(x)) {
+    // isinstance(a, torch.Tensor), as the Python path asks it: an object whose __class__ raises raises here too
+    int is_tensor = plain(x) ? 1 : PyObject_IsInstance(x, THPVariableClass);
+    if (is_tensor < 0) return nullptr;
+    if (is_tensor) {
       PyObject* it = nullptr;
       bool graph = false;
       int got = item_core(d, x, key.get(), false, &it, &graph);
@@ -599,7 +523,10 @@ PyObject* inputs(PyObject*, PyObject* const* a, Py_ssize_t n) {
       if (PyList_Append(out.get(), itm.get()) < 0) return nullptr;
       PyObject* row = PyTuple_Check(itm.get()) && PyTuple_GET_SIZE(itm.get()) == 3 ? PyTuple_GET_ITEM(itm.get(), 2)
                                                                                     : Py_None;
-      if (watch && graph && row != Py_None && watch_core(d, x, rec, N.output, key.get(), row) < 0) return nullptr;
+      if (watch && graph && row != Py_None) {
+        Ref w(PyObject_CallMethodObjArgs(d, N.watch_grad, x, rec, N.output, key.get(), row, nullptr));
+        if (!w) return nullptr;
+      }
     } else {
       Ref v(PyObject_CallMethodObjArgs(d, N.value, x, key.get(), out.get(), nullptr));
       if (!v) return nullptr;
@@ -1017,7 +944,6 @@ PyMethodDef methods[] = {
   {"connect", (PyCFunction)connect, METH_VARARGS, "the statistics table's module, fill, constants"},
   {"item", (PyCFunction)(void (*)(void))item, METH_FASTCALL, "the recording of a tensor"},
   {"inputs", (PyCFunction)(void (*)(void))inputs, METH_FASTCALL, "the recording of a call's positional inputs"},
-  {"hook", (PyCFunction)(void (*)(void))hook, METH_FASTCALL, "a gradient hook calling the dumper"},
   {nullptr, nullptr, 0, nullptr},
 };
 }  // namespace

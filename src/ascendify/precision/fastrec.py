@@ -20,10 +20,6 @@ Here each is one call:
   step, or a new one the kernel reads), working on the dumper's own dictionaries and statistics table; the less
   common branches (a parameter, a view of a summarised tensor, a deferred row, a non-tensor argument) call the
   dumper's Python methods, so there is one implementation of each;
-* ``hook(t, dumper, targets)``: ``Dumper._watch_grad``'s gradient hook as a C++ tensor hook
-  (``at::TensorBase::register_hook``, where ``Tensor.register_hook`` puts Python ones: the tensor's grad_fn at this
-  version) calling ``dumper._grad_fired(targets, grad)``: no dictionary, closure or Python object of the grad_fn
-  per tensor;
 * ``entries(specs, rows, Fragment, data)``: a statistics step's forward entries of ``dump.json`` as JSON text
   (``msprobe_io._write_step``), which orjson writes as it is; the nodes it cannot write (a value of another type,
   keys nested deeper than one list) are left to the Python path, which wrote them all before.
@@ -74,16 +70,16 @@ def functions(build_if_missing: bool = True):
 
 
 def recorder():
-    """``(item, inputs, hook)``: the recording of a tensor (``Dumper._item_graph``), of a call's positional inputs
-    (``Dumper._record_inputs``) and a gradient hook (``Dumper._watch_grad``) in C++, connected to the statistics
-    table's module, or None. Call after :func:`functions` gave the functions."""
+    """``(item, inputs)``: the recording of a tensor (``Dumper._item_graph``) and of a call's positional inputs
+    (``Dumper._record_inputs``) in C++, connected to the statistics table's module, or None. Call after
+    :func:`functions` gave the functions."""
     mod = _EXT.module(build_if_missing=False) if _EXT.loaded() else None
     if mod is None or not _ready:
         return None
     from ascendify.precision import stats
 
     mod.connect(vars(stats), mod.fill, stats._DEFER_MIN, stats._ROW)
-    return mod.item, mod.inputs, mod.hook
+    return mod.item, mod.inputs
 
 
 def entries():
