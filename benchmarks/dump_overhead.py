@@ -24,7 +24,9 @@ The model: token embedding, ``--layers`` pre-norm blocks (attention written out 
 ``--breakdown`` splits ours-mix's extra milliseconds into reading the tensors, writing the step, the mechanism (a
 torch-function mode and module hooks that do nothing) and the recording's Python: one process alternates the plain
 forward, ours-mix, ours-mix with the statistics kernel's call a no-op (wrong statistics), ours-mix with the writer a
-no-op, and the bare mechanism; each part is the median over rounds of a difference within a round.
+no-op, and the bare mechanism; each part is the median over rounds of a difference within a round. The parts are
+estimates: within one process a code path run less often is colder than the default one, so to compare two versions
+of the dumper run each in its own processes, alternated (as docs/architecture.md's fifth pass did).
 
 Prints the machine's load (``os.getloadavg``, before and after: the figures are only comparable on an idle machine),
 then per configuration a table of median milliseconds per forward without and with the dump, the median over rounds
