@@ -93,9 +93,13 @@ def _dump(tmp_path, lin, fn, x, level: str = "api") -> dict:
     return load_dump(tmp_path / "d").by_name()
 
 
-def test_a_split_projection_is_read_once_and_every_number_is_its_own(tmp_path, full_passes):
+@pytest.mark.parametrize("defer", [True, False], ids=["deferred", "default"])
+def test_a_split_projection_is_read_once_and_every_number_is_its_own(tmp_path, full_passes, monkeypatch, defer):
+    """Deferred: the projection is read through its parts. Without the deferral (the default), it is read when it is
+    made and the parts when they are. Either way every number is the tensor's own."""
     if stats._kernel(torch.float32) is None:
         pytest.skip("no C compiler: the statistics kernel is not built")
+    monkeypatch.setattr(dumper, "_DEFER_OUTPUTS", defer)
     lin = _fused()
 
     def attn(qkv, x):
@@ -106,8 +110,9 @@ def test_a_split_projection_is_read_once_and_every_number_is_its_own(tmp_path, f
     with torch.no_grad():
         y = lin(x)
     by = _dump(tmp_path, lin, attn, x, level="mix")
-    assert (B, N, 3 * E) not in full_passes  # the projection was not read on its own
-    assert full_passes.count((B, N, E)) == 5  # its three parts were, and q * k and its sum with v
+    # the projection read on its own only without the deferral; its three parts, q * k and its sum with v always
+    assert full_passes.count((B, N, 3 * E)) == (0 if defer else 1)
+    assert full_passes.count((B, N, E)) == 5
     _check(by["Functional.linear.0.forward"].outputs[0], y, "linear output")
     _check(by["Module.qkv.Linear.forward.0"].outputs[0], y, "module output")
     for i, part in enumerate(y.split(E, dim=-1)):
@@ -198,24 +203,3 @@ def test_nan_in_one_part_and_bfloat16(tmp_path):
     assert (p1.nan_count, p1.inf_count, p1.max) == (0, B * N, math.inf)
     _check(by["Tensor.split.0.forward"].outputs[2], parts[2], "part 2")
 
-
-def test_by_default_the_projection_is_read_right_away_and_its_parts_too(tmp_path, full_passes, monkeypatch):
-    """Without the deferral (the default): the projection is read when it is made, the parts when they are; the
-    numbers are the same tensors' own."""
-    if stats._kernel(torch.float32) is None:
-        pytest.skip("no C compiler: the statistics kernel is not built")
-    monkeypatch.setattr(dumper, "_DEFER_OUTPUTS", False)
-    lin = _fused()
-
-    def attn(qkv, x):
-        q, k, v = qkv(x).split(E, dim=-1)
-        return q * k + v
-
-    x = torch.randn(B, N, IN)
-    with torch.no_grad():
-        y = lin(x)
-    by = _dump(tmp_path, lin, attn, x, level="mix")
-    assert full_passes.count((B, N, 3 * E)) == 1 and full_passes.count((B, N, E)) == 5
-    _check(by["Functional.linear.0.forward"].outputs[0], y, "linear output")
-    for i, part in enumerate(y.split(E, dim=-1)):
-        _check(by["Tensor.split.0.forward"].outputs[i], part, f"part {i}")
