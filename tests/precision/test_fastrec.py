@@ -382,3 +382,22 @@ def test_entries_read_the_rows_where_the_table_keeps_them():
     assert missed == missed2 == set()
     assert from_memory == from_lists
     assert from_memory[1]["output"][0]["Max"] == "NaN" and from_memory[2]["output"][0]["Max"] is None
+
+
+def test_a_step_moves_the_rows_torch_made_to_the_host_once(tmp_path, monkeypatch):
+    """The writer takes the table (its rows read where they are); a step with backward nodes (written by the Python
+    path, which wants lists) still moves the rows torch computed (float64 here, a device's elsewhere) once."""
+    calls = []
+    real = stats.StatTable._others
+
+    def others(self):
+        calls.append(len(self._dev))
+        return real(self)
+
+    monkeypatch.setattr(stats.StatTable, "_others", others)
+    m = nn.Linear(3, 2).double()
+    with dump(m, tmp_path / "d", level="mix"):
+        m(torch.randn(4, 3, dtype=torch.float64)).sum().backward()
+    assert len(calls) == 1 and calls[0] > 0
+    doc = json.loads(next((tmp_path / "d").rglob("dump.json")).read_text())
+    assert any(name.endswith(".backward") for name in doc["data"])

@@ -120,8 +120,8 @@ def _write_step(dumper, recs, rows, folder: Path) -> Path:
     saved: dict[int, str] = {}
     host = None
     if hasattr(rows, "host_rows"):  # a StatTable
-        table, rows = rows, _LazyRows(rows)
-        host = table.host_rows()
+        host = rows.host_rows()
+        rows = _LazyRows(rows, host)
 
     summaries: dict[Any, tuple] = {}  # statistics index -> the JSON values of its row (a tensor is in many entries)
 
@@ -366,17 +366,19 @@ def _write_step(dumper, recs, rows, folder: Path) -> Path:
 
 
 class _LazyRows:
-    """A ``StatTable``'s ``rows()``, made on the first look at a row (a node the Python path writes)."""
+    """A ``StatTable``'s rows as lists, made from its ``host_rows()`` on the first look at a row (a node the Python
+    path writes): the rows torch made on a device are moved to the host once."""
 
-    __slots__ = ("table", "rows")
+    __slots__ = ("table", "host", "rows")
 
-    def __init__(self, table):
+    def __init__(self, table, host):
         self.table = table
+        self.host = host
         self.rows = None
 
     def __getitem__(self, i: int):
         if self.rows is None:
-            self.rows = self.table.rows()
+            self.rows = self.table.rows_from(self.host)
         return self.rows[i]
 
 

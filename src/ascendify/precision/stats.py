@@ -422,15 +422,19 @@ class StatTable:
 
     def rows(self) -> list[list[float] | None]:
         """Every row on the host as Python floats (one transfer per device for the rows torch made)."""
-        self.settle()
-        n = self.n
+        return self.rows_from(self.host_rows())
+
+    @staticmethod
+    def rows_from(host: tuple[int, int, int, dict[int, list[float] | None]]) -> list[list[float] | None]:
+        """:meth:`rows` from what :meth:`host_rows` gave (the rows torch made are not moved to the host again)."""
+        base, n, _row, others = host
         if not n:
             return []
         # the host rows read through a memoryview: torch's tolist, with grad and torch-function handling switched
         # off around it, cost several times as much right after a forward (a dump's fixed cost per step)
-        flat = memoryview((ctypes.c_float * (n * STAT_LEN)).from_address(self._base)).cast("B").cast("f").tolist()
+        flat = memoryview((ctypes.c_float * (n * STAT_LEN)).from_address(base)).cast("B").cast("f").tolist()
         out: list[list[float] | None] = [flat[i : i + STAT_LEN] for i in range(0, n * STAT_LEN, STAT_LEN)]
-        for i, row in self._others().items():
+        for i, row in others.items():
             out[i] = row
         return out
 
