@@ -154,6 +154,9 @@ def test_a_time_budget_stops_an_evaluation_loop_before_the_first_step(tmp_path):
 
     obs = observe.Observer(str(tmp_path), steps=5, seconds=0.3, seed=0, root=str(tmp_path))
     obs.install()  # as in a run: before the program builds anything
+    # the budget counts from the program's start, as `ascendify run` says it (install's deterministic mode imports
+    # torch._inductor.config in torch 2.13: 0.8 s, in a process that had not imported it)
+    obs.program_started()
     model = nn.Linear(3, 2)
     opt = torch.optim.AdamW(model.parameters())
     calls = 0
@@ -203,3 +206,46 @@ def test_each_loss_column_names_its_backward_and_optimizer(tmp_path):
     from ascendify.port.stages.train import series_text
 
     assert series_text(data["loss_series"][2]) == "loss_3: the backward() before optimizer 2 (Adam).step(), of g"
+
+
+def test_the_alarm_waits_for_the_tools_own_work():
+    """The budget's alarm does not ring inside the tool's own work (a model's first call reads its source with
+    inspect, whose parser turns an exception from a signal handler into a SystemError): it rings as that ends."""
+
+    from ascendify.port.alarm import Alarm
+
+    class Spent(Exception):
+        pass
+
+    def spent():
+        raise Spent
+
+    import signal
+
+    before = signal.signal(signal.SIGALRM, signal.SIG_DFL)  # an earlier test's observer left its handler
+    try:
+        _alarm_waits(Alarm(spent), Spent)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, before)
+
+
+def _alarm_waits(alarm, Spent) -> None:
+    import time
+
+    inside = []
+    with pytest.raises(Spent):
+        with alarm.held():
+            alarm.arm(0.01)
+            t0 = time.monotonic()
+            while time.monotonic() - t0 < 0.1:
+                pass
+            inside.append("done")  # not stopped in the middle
+    assert inside == ["done"] and not alarm.armed
+    alarm.arm(0.01)  # and it still rings at once outside
+    with pytest.raises(Spent):
+        time.sleep(1)
+    with alarm.held():  # disarmed inside: nothing rings at the end
+        alarm.arm(0.01)
+        time.sleep(0.05)
+        alarm.disarm()

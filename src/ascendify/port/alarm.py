@@ -9,20 +9,42 @@ children (DataLoader workers).
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 
 class Alarm:
     def __init__(self, on_spent: Callable[[], None]):
         self.on_spent = on_spent
         self.armed = False
+        self._held = 0
+        self._rang = False
 
     def _ring(self, signum, frame) -> None:
         if self.armed:
+            if self._held:  # the tool's own work: it stops when that work is done (held)
+                self._rang = True
+                return
             self.armed = False
             self.on_spent()
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        """The tool's own work (a model's first call: its source read with ``inspect``, which parses it): the alarm
+        does not ring inside it but as it ends. An exception raised from a signal handler inside CPython's parser
+        comes out as a SystemError (AST constructor recursion depth mismatch), not as ``on_spent``'s."""
+        self._held += 1
+        try:
+            yield
+        finally:
+            self._held -= 1
+            if not self._held and self._rang:
+                self._rang = False
+                if self.armed:
+                    self.armed = False
+                    self.on_spent()
 
     def arm(self, seconds: float) -> None:
         """Ring after ``seconds`` (again from now when it was armed before)."""
@@ -37,6 +59,7 @@ class Alarm:
         self.armed = True
 
     def disarm(self) -> None:
+        self._rang = False
         if self.armed:
             self.armed = False
             signal.setitimer(signal.ITIMER_REAL, 0)

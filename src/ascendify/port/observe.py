@@ -312,7 +312,7 @@ class Observer:
             if model.module is not mod:
                 model.wrapper = type(mod).__name__
             self.models[key] = model
-            with tool_calls():  # the batch and the model copied: our work, not the program's
+            with tool_calls(), self._alarm.held():  # the batch and the model copied: our work, not the program's
                 self._first_call(model, args, kwargs, params)
         model.calls += 1
         if mod.training and self._grad_enabled():
@@ -369,7 +369,7 @@ class Observer:
         t = next((x for x in flat if isinstance(x, torch.Tensor) and x.is_floating_point()), None)
         if t is None:
             return
-        with torch.no_grad(), tool_calls():  # our read, not the user's (no sync of theirs for advise)
+        with torch.no_grad(), tool_calls(), self._alarm.held():  # our read, not the user's (no sync for advise)
             v = t.detach().float()
             model.outputs.append({"output_mean": float(v.mean()), "output_abs_mean": float(v.abs().mean())})
 
