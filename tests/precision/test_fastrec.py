@@ -197,9 +197,9 @@ def _model_dump(tmp_path, name: str, fast: bool) -> dict:
     torch.manual_seed(3)
     m = nn.Sequential(nn.Embedding(50, 16), nn.LayerNorm(16), nn.Linear(16, 48), nn.GELU(), nn.Linear(48, 50))
     x = torch.randint(0, 50, (2, 7))
-    saved = (dumper._probe, dumper._citem, dumper._cinputs, stats._cfill, msprobe_io._fast_entries)
+    saved = (dumper._probe, dumper._citem, dumper._cinputs, dumper._cmode, stats._cfill, msprobe_io._fast_entries)
     if not fast:
-        dumper._probe, dumper._citem, dumper._cinputs, stats._cfill = None, None, None, None
+        dumper._probe, dumper._citem, dumper._cinputs, dumper._cmode, stats._cfill = None, None, None, None, None
         msprobe_io._fast_entries = lambda: None
     try:
         opt = torch.optim.SGD(m.parameters(), lr=0.1)
@@ -213,7 +213,7 @@ def _model_dump(tmp_path, name: str, fast: bool) -> dict:
             (q.sum() * k.mean() + h.clamp(min=float("-inf"), max=1.0).sum()).backward()
             opt.step()
     finally:
-        dumper._probe, dumper._citem, dumper._cinputs, stats._cfill, msprobe_io._fast_entries = saved
+        dumper._probe, dumper._citem, dumper._cinputs, dumper._cmode, stats._cfill, msprobe_io._fast_entries = saved
     return json.loads(next((tmp_path / name).rglob("dump.json")).read_text())
 
 
@@ -401,3 +401,114 @@ def test_a_step_moves_the_rows_torch_made_to_the_host_once(tmp_path, monkeypatch
     assert len(calls) == 1 and calls[0] > 0
     doc = json.loads(next((tmp_path / "d").rglob("dump.json")).read_text())
     assert any(name.endswith(".backward") for name in doc["data"])
+
+
+def _handler_program(m: nn.Module, x: torch.Tensor) -> None:
+    """Calls of every kind the mode's handler meets: operators (msprobe's Tensor.__add__ names), keyword inputs (a
+    tensor among them), copy and split calls, several outputs, a call that raises, a no-grad part, autocast, an
+    optimizer step, calls outside any module and inside nested ones."""
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    y = m(x)
+    z = (y * 2 + 1 > 0.5).float() - y
+    z += 1
+    s = torch.add(z, other=y, alpha=2).softmax(dim=-1)
+    a, b = s.split(3, dim=-1)
+    c = a.reshape(-1).contiguous() @ b.reshape(-1)
+    vals, idx = torch.max(s, dim=0)
+    try:
+        torch.matmul(torch.ones(2, 3), torch.ones(2, 3))
+    except RuntimeError:
+        pass
+    with torch.no_grad():
+        w = y.abs().sqrt()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        v = m(x)
+    (c + vals.sum() + idx.float().sum() + w.sum() + v.float().mean()).backward()
+    opt.step()
+
+
+class _Nested(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inner = nn.Sequential(nn.Linear(6, 6), nn.Tanh())
+        self.out = nn.Linear(6, 6)
+
+    def forward(self, x):
+        h = self.inner(x) * 0.5
+        return self.out(torch.relu(h) + x.mean(dim=0, keepdim=True))
+
+
+def _handler_dump(tmp_path, name: str, c_handler: bool, **kw) -> tuple[dict, int]:
+    """The program's dump files (name -> JSON) with the C++ handler or the Python one, and how many API calls the
+    Python handler recorded."""
+    torch.manual_seed(5)
+    m = _Nested()
+    x = torch.randn(4, 6)
+    saved = dumper._cmode
+    ended = []  # API calls the Python handler recorded (its _end; the C++ handler's are its own)
+    real = dumper.Dumper._end
+
+    def end(self, rec, out):
+        ended.append(rec.kind)
+        return real(self, rec, out)
+
+    dumper.Dumper._end = end
+    if not c_handler:
+        dumper._cmode = None
+    try:
+        with dumper.Dumper(m, tmp_path / name, level="mix", **kw) as d:
+            handler = d._mode.__dict__.get("__torch_function__")
+            assert (handler is not None) == c_handler
+            assert handler is None or handler.__self__ is d._mode  # torch asks it of a mode's handler
+            _handler_program(m, x)
+            mode = d._mode
+        assert "__torch_function__" not in mode.__dict__  # unbound at stop: no cycle left behind
+    finally:
+        dumper._cmode = saved
+        dumper.Dumper._end = real
+    files = {str(p.relative_to(tmp_path / name)): json.loads(p.read_text())
+             for p in sorted((tmp_path / name).rglob("*.json"))}  # fmt: skip
+    return files, ended.count("api")
+
+
+@needs_fastrec
+@pytest.mark.parametrize("emulator", [False, True], ids=["", "emulator-loaded"])
+@pytest.mark.parametrize("defer", [False, True])
+@pytest.mark.parametrize("kw", [{}, {"scope": ["Module.out"]}, {"skip_optimizer": False}], ids=["all", "scope", "opt"])
+def test_the_mode_handler_records_what_the_python_handler_records(tmp_path, monkeypatch, defer, kw, emulator):
+    """The C++ handler (fastrec.mode_handler) against _ApiMode.__torch_function__: the same dump files (nodes,
+    values, call stacks, the module tree), the C++ one first, on calls it has not named yet. What it leaves to Python
+    (autocast, a scope, the optimizer's calls, a deferred row) is in the program too; with the emulator loaded, each
+    call's caller is asked whether it is the emulator's kernel code (it is not, here)."""
+    dumper._connect_fastrec()
+    assert dumper._cmode is not None
+    monkeypatch.setattr(dumper, "_DEFER_OUTPUTS", defer)
+    if emulator:
+        import ascendify.emulator  # noqa: F401
+    else:
+        monkeypatch.delitem(sys.modules, "ascendify.emulator", raising=False)
+    dumper._api_cache.clear()  # the handler's first sight of each function: the Python handler names it
+    fast, begun_fast = _handler_dump(tmp_path, "c", True, **kw)
+    slow, begun_slow = _handler_dump(tmp_path, "py", False, **kw)
+    assert fast == slow
+    nodes = fast["step0/rank0/dump.json"]["data"]
+    assert "Module.out.Linear.forward.0" in nodes
+    if not kw:
+        assert "Tensor.__add__.0.forward" in nodes and "Tensor.__gt__.0.forward" in nodes and len(nodes) > 30  # once each function is named, the C++ handler serves every call but autocast's (7 of 42)
+        again, begun_again = _handler_dump(tmp_path, "c2", True)
+        assert again == fast and begun_again < begun_slow / 3 < begun_fast, (begun_again, begun_fast, begun_slow)
+
+
+@needs_fastrec
+def test_the_mode_handler_clears_busy_when_a_call_raises(tmp_path):
+    """A call that raises inside the handler leaves the dumper recording the calls after it."""
+    dumper._connect_fastrec()
+    with dump(None, tmp_path / "e", level="api") as d:
+        torch.ones(2).add(1)  # named: the next ones take the C++ path
+        for _ in range(2):
+            with pytest.raises(RuntimeError):
+                torch.ones(2).add(torch.ones(3))
+            assert d._busy is False
+        torch.ones(2).add(2)
+        names = [r.name for r in d._recs]
+    assert names[-1] == "Tensor.add.3.forward" and "Tensor.add.2.forward" in names

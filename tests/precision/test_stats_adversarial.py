@@ -465,7 +465,7 @@ def _count_passes(monkeypatch) -> dict[str, int]:
     # the C++ recorder's own table add (fastrec.item) calls no Python method to count: the Python path here (both
     # take the same branches: tests/precision/test_fastrec.py)
     monkeypatch.setattr(dumper_mod, "_citem", None)
-    monkeypatch.setattr(dumper_mod, "_cinputs", None)
+    monkeypatch.setattr(dumper_mod, "_cinputs", None)  # (and with them the C++ mode handler, which uses both)
     calls = {"add": 0, "add_view": 0}
     real_add, real_view = stats_mod.StatTable.add, stats_mod.StatTable.add_view
 

@@ -145,12 +145,13 @@ _device_names: dict[torch.device, str] = {}
 _probe = None
 _citem = None
 _cinputs = None
+_cmode = None  # fastrec.mode_handler: the mode's handler in C++, bound to a mode (_ApiMode)
 _fastrec_tried = False
 
 
 def _connect_fastrec() -> None:
     """Load the C++ recorder (``fastrec``; built on first use) and give its kernel call to the statistics table."""
-    global _probe, _citem, _cinputs, _fastrec_tried
+    global _probe, _citem, _cinputs, _cmode, _fastrec_tried
     if _fastrec_tried:
         return
     _fastrec_tried = True
@@ -163,6 +164,10 @@ def _connect_fastrec() -> None:
         rec = fastrec.recorder()
         if rec is not None:
             _citem, _cinputs = rec
+            _cmode = fastrec.mode_handler(
+                _ApiMode.__torch_function__, _api_cache, _OPERATOR_TABLE, _OPERATOR_FORMS, _COPY_OPS, _SPLIT_OPS,
+                _any_autocast, _Rec, _CALLER, globals(),
+            )
 
 
 def _meta(t: torch.Tensor) -> tuple[str, tuple[int, ...], bool, str]:
@@ -389,6 +394,27 @@ except Exception:  # pragma: no cover
     _BINARY_OP = _COMPARE_OP = None
 
 
+def _operator_name(op: int, arg: int) -> str | None:
+    """The dunder name of the operator the instruction ``(op, arg)`` applies, or None."""
+    if op == _BINARY_OP and _BINARY_OP is not None:
+        name = _BINARY.get(arg % 13)
+        if name is None:
+            return None
+        return f"__i{name}__" if arg >= 13 else f"__{name}__"
+    if op == _COMPARE_OP and _COMPARE_OP is not None and sys.version_info < (3, 12):
+        name = _COMPARE.get(arg)
+        return None if name is None else f"__{name}__"
+    return None
+
+
+# opcode * 256 + oparg -> the API info of the operator it applies (the C++ handler reads this table too)
+_OPERATOR_TABLE = {
+    op * 256 + arg: (f"Tensor.{name}", f"Tensor.{name}")
+    for op in (_BINARY_OP, _COMPARE_OP) if op is not None
+    for arg in range(256) if (name := _operator_name(op, arg)) is not None
+}  # fmt: skip
+
+
 def _operator_form(info: tuple[str, str]) -> tuple[str, str]:
     try:
         f = sys._getframe(2)  # the code that wrote the operator (C slot wrappers add no frame)
@@ -396,25 +422,18 @@ def _operator_form(info: tuple[str, str]) -> tuple[str, str]:
         op, arg = code[i], code[i + 1]
     except (ValueError, IndexError, AttributeError):
         return info
-    if op == _BINARY_OP and _BINARY_OP is not None:
-        name = _BINARY.get(arg % 13)
-        if name is None:
-            return info
-        name = f"__i{name}__" if arg >= 13 else f"__{name}__"
-    elif op == _COMPARE_OP and _COMPARE_OP is not None and sys.version_info < (3, 12):
-        name = _COMPARE.get(arg)
-        if name is None:
-            return info
-        name = f"__{name}__"
-    else:
-        return info
-    return (f"Tensor.{name}", f"Tensor.{name}")
+    return _OPERATOR_TABLE.get(op * 256 + arg, info)
 
 
 class _ApiMode(TorchFunctionMode):
     def __init__(self, dumper: Dumper):
         super().__init__()
         self.d = dumper
+        if _cmode is not None and _citem is not None and _cinputs is not None:
+            # the handler below in C++ for the common recorded call (fastrec.cpp): an instance attribute, which
+            # torch looks up first; the C++ handler calls this class's for everything else. Only with the rest of
+            # the C++ recorder on (a test that turns it off gets the Python path throughout)
+            self.__torch_function__ = _cmode(self)
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         d = self.d
@@ -622,6 +641,7 @@ class Dumper:
                 self._mode.__exit__(None, None, None)
             except Exception:
                 pass
+            self._mode.__dict__.pop("__torch_function__", None)  # the C++ handler holds the mode: no cycle left
             self._mode = None
         from torch.nn.modules import module as _m
 
@@ -903,10 +923,14 @@ class Dumper:
                 if watch and isinstance(a, (list, tuple)):
                     self._watch_list(a, rec, key)
         if kwargs:
-            for key, a in kwargs.items():
-                self._value(a, key, out)
-                if watch and isinstance(a, _Tensor) and a.requires_grad and a.grad_fn is not None:
-                    self._watch_grad(a, rec, "output", key)
+            self._record_kwargs(rec, kwargs, watch)
+
+    def _record_kwargs(self, rec: _Rec, kwargs: dict, watch: bool) -> None:
+        out = rec.args
+        for key, a in kwargs.items():
+            self._value(a, key, out)
+            if watch and isinstance(a, _Tensor) and a.requires_grad and a.grad_fn is not None:
+                self._watch_grad(a, rec, "output", key)
 
     def _watch_list(self, items, rec: _Rec, key: str) -> None:
         for j, x in enumerate(items):

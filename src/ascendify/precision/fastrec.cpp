@@ -7,6 +7,7 @@
 #include <torch/csrc/Size.h>
 #include <torch/csrc/DynamicTypes.h>
 #include <torch/csrc/Device.h>
+#include <ATen/core/grad_mode.h>
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -479,65 +480,435 @@ PyObject* item(PyObject*, PyObject* const* a, Py_ssize_t n) {
 }
 
 
-// inputs(d, rec, args, watch): Dumper._record_inputs for the positional arguments (keyword arguments: Python)
-PyObject* inputs(PyObject*, PyObject* const* a, Py_ssize_t n) {
-  if (n != 4) { PyErr_SetString(PyExc_TypeError, "inputs takes 4 arguments"); return nullptr; }
-  if (!stats_globals) { PyErr_SetString(PyExc_RuntimeError, "fastrec: connect() first"); return nullptr; }
-  PyObject *d = a[0], *rec = a[1];
-  int watch = PyObject_IsTrue(a[3]);
-  if (watch < 0) return nullptr;
+// Dumper._record_inputs for the positional arguments `args` (keyword arguments: Python)
+bool inputs_core(PyObject* d, PyObject* rec, PyObject* args, bool watch) {
   // a tuple (the loop calls back into Python, which could change a list under it)
-  Ref seq(PyTuple_Check(a[2]) ? (Py_INCREF(a[2]), a[2]) : PySequence_Tuple(a[2]));
-  if (!seq) return nullptr;
+  Ref seq(PyTuple_Check(args) ? (Py_INCREF(args), args) : PySequence_Tuple(args));
+  if (!seq) return false;
   Ref out(PyObject_GetAttr(rec, N.args));
-  if (!out) return nullptr;
+  if (!out) return false;
   Py_ssize_t count = PySequence_Fast_GET_SIZE(seq.get());
   for (Py_ssize_t i = 0; i < count; i++) {
     PyObject* x = PySequence_Fast_GET_ITEM(seq.get(), i);
     Ref key;
     if (i < 64) { Py_INCREF(arg_keys[i]); key.reset(arg_keys[i]); }
     else key.reset(PyUnicode_FromFormat("%zd", i));
-    if (!key) return nullptr;
+    if (!key) return false;
     // isinstance(a, torch.Tensor), as the Python path asks it: an object whose __class__ raises raises here too
     int is_tensor = plain(x) ? 1 : PyObject_IsInstance(x, THPVariableClass);
-    if (is_tensor < 0) return nullptr;
+    if (is_tensor < 0) return false;
     if (is_tensor) {
       PyObject* it = nullptr;
       bool graph = false;
       int got = item_core(d, x, key.get(), false, &it, &graph);
-      if (got < 0) return nullptr;
+      if (got < 0) return false;
       Ref itm(it);
       if (got == 0) {  // the Python path: ((key, meta, row), graph)
         Ref res(PyObject_CallMethodObjArgs(d, N.item_graph_py, x, key.get(), nullptr));
-        if (!res) return nullptr;
+        if (!res) return false;
         if (!PyTuple_Check(res.get()) || PyTuple_GET_SIZE(res.get()) != 2) {
           PyErr_SetString(PyExc_TypeError, "fastrec: _item_graph_py gave no pair");
-          return nullptr;
+          return false;
         }
         itm.reset(PyTuple_GET_ITEM(res.get(), 0));
         Py_INCREF(itm.get());
         int g = PyObject_IsTrue(PyTuple_GET_ITEM(res.get(), 1));
-        if (g < 0) return nullptr;
+        if (g < 0) return false;
         graph = g;
       }
-      if (PyList_Append(out.get(), itm.get()) < 0) return nullptr;
+      if (PyList_Append(out.get(), itm.get()) < 0) return false;
       PyObject* row = PyTuple_Check(itm.get()) && PyTuple_GET_SIZE(itm.get()) == 3 ? PyTuple_GET_ITEM(itm.get(), 2)
                                                                                     : Py_None;
       if (watch && graph && row != Py_None) {
         Ref w(PyObject_CallMethodObjArgs(d, N.watch_grad, x, rec, N.output, key.get(), row, nullptr));
-        if (!w) return nullptr;
+        if (!w) return false;
       }
     } else {
       Ref v(PyObject_CallMethodObjArgs(d, N.value, x, key.get(), out.get(), nullptr));
-      if (!v) return nullptr;
+      if (!v) return false;
       if (watch && (PyList_Check(x) || PyTuple_Check(x))) {
         Ref w(PyObject_CallMethodObjArgs(d, N.watch_list, x, rec, key.get(), nullptr));
-        if (!w) return nullptr;
+        if (!w) return false;
       }
     }
   }
+  return true;
+}
+
+// inputs(d, rec, args, watch): inputs_core as a function
+PyObject* inputs(PyObject*, PyObject* const* a, Py_ssize_t n) {
+  if (n != 4) { PyErr_SetString(PyExc_TypeError, "inputs takes 4 arguments"); return nullptr; }
+  if (!stats_globals) { PyErr_SetString(PyExc_RuntimeError, "fastrec: connect() first"); return nullptr; }
+  int watch = PyObject_IsTrue(a[3]);
+  if (watch < 0) return nullptr;
+  if (!inputs_core(a[0], a[1], a[2], watch)) return nullptr;
   Py_RETURN_NONE;
 }
+
+// ------------------------------------------------------------------------------------- the mode's handler
+// _ApiMode.__torch_function__ for the common recorded call (dumper.py): a torch function the mode has named before
+// (_api_cache), while the dumper records, outside the optimizer, with no scope, autocast off, no deferred row and no
+// emulator: _begin_api (_new_rec, the inputs), the call, and _end for a single tensor out. Everything else is the
+// Python handler's, called as it is (`py_handler`); the rules that are not the handler's own (a keyword input, the
+// outputs of a copy or split call or of several tensors, a gradient hook) call the dumper's methods. The Python
+// handler is the reference (tests/precision/test_fastrec.py compares the dumps).
+#if PY_VERSION_HEX >= 0x030B0000
+#define FASTREC_MODE 1
+struct ModeNames {
+  PyObject *d, *busy, *recording, *stack, *in_optimizer, *skip_optimizer, *scope, *counts, *recs, *name, *source,
+      *outputs, *backward, *end_body, *record_kwargs, *api, *forward, *input, *defer_outputs, *emulator, *kind;
+} M;
+struct ModeConf {  // set by mode_connect (all owned)
+  PyObject *py_handler, *api_cache, *opforms, *operator_forms, *copy_ops, *split_ops, *modules, *any_autocast,
+      *rec_class, *skip, *skip_cache, *dumper_globals, *kernel_cache;
+} C = {};
+
+// getattr(o, name) is true (-1: an error)
+int attr_true(PyObject* o, PyObject* name) {
+  Ref v(PyObject_GetAttr(o, name));
+  if (!v) return -1;
+  return PyObject_IsTrue(v.get());
+}
+
+// d._busy = value, keeping an exception in flight
+bool set_busy(PyObject* d, bool value) {
+  PyObject *t, *v, *tb;
+  PyErr_Fetch(&t, &v, &tb);
+  int r = PyObject_SetAttr(d, M.busy, value ? Py_True : Py_False);
+  if (t) { if (r < 0) PyErr_Clear(); PyErr_Restore(t, v, tb); return false; }
+  return r == 0;
+}
+
+PyObject* call_func(PyObject* func, PyObject* args, PyObject* kwargs) {
+  return PyObject_Call(func, args, kwargs != Py_None && PyDict_GET_SIZE(kwargs) ? kwargs : nullptr);
+}
+
+// the Python handler: py_handler(mode, *a, **kw)
+PyObject* fallback(PyObject* mode, PyObject* const* a, size_t nargsf, PyObject* kwnames) {
+  Py_ssize_t n = PyVectorcall_NARGS(nargsf), nk = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+  std::vector<PyObject*> all(n + nk + 1);
+  all[0] = mode;
+  for (Py_ssize_t i = 0; i < n + nk; i++) all[i + 1] = a[i];
+  return PyObject_Vectorcall(C.py_handler, all.data(), n + 1, kwnames);
+}
+
+// msprobe's name for an operator written as one (``a * b``: Tensor.__mul__), from the calling code's instruction
+// (dumper._operator_form; the table dumper._OPERATOR_TABLE is built there): a borrowed info, or `info`
+PyObject* operator_form(PyObject* info) {
+  PyFrameObject* f = PyEval_GetFrame();
+  if (!f) return info;
+  PyCodeObject* code = PyFrame_GetCode(f);
+  int lasti = PyFrame_GetLasti(f);
+  PyObject* bytes = PyCode_GetCode(code);
+  Py_DECREF(code);
+  if (!bytes) { PyErr_Clear(); return info; }
+  PyObject* got = nullptr;
+  if (lasti >= 0 && lasti + 1 < PyBytes_GET_SIZE(bytes)) {
+    const unsigned char* c = (const unsigned char*)PyBytes_AS_STRING(bytes);
+    Ref key(PyLong_FromLong(c[lasti] * 256 + c[lasti + 1]));
+    if (key) got = PyDict_GetItemWithError(C.opforms, key.get());
+    if (!got) PyErr_Clear();
+  }
+  Py_DECREF(bytes);
+  return got ? got : info;
+}
+
+// user_frame(..., _CALLER) from the code that called the mode: (its code, its f_lasti), None, or nullptr (an error)
+PyObject* caller_source() {
+  PyFrameObject* f = PyEval_GetFrame();
+  Py_XINCREF(f);
+  while (f) {
+    PyCodeObject* code = PyFrame_GetCode(f);
+    PyObject* fn = code->co_filename;
+    int skip;
+    PyObject* s = PyDict_GetItemWithError(C.skip_cache, fn);
+    if (s) skip = PyObject_IsTrue(s);
+    else if (PyErr_Occurred()) skip = -1;
+    else {
+      Ref r(PyObject_CallOneArg(C.skip, fn));
+      skip = r ? PyObject_IsTrue(r.get()) : -1;
+    }
+    if (skip <= 0) {
+      PyObject* res = skip < 0 ? nullptr : Py_BuildValue("(Oi)", (PyObject*)code, PyFrame_GetLasti(f));
+      Py_DECREF(code);
+      Py_DECREF(f);
+      return res;
+    }
+    Py_DECREF(code);
+    PyFrameObject* back = PyFrame_GetBack(f);
+    Py_DECREF(f);
+    f = back;
+  }
+  Py_RETURN_NONE;
+}
+
+// Dumper._new_rec(base, "api", module_path, api, None), appended to the step's records
+PyObject* new_rec(PyObject* d, PyObject* base, PyObject* module_path, PyObject* api, PyObject* stack) {
+  Ref counts(PyObject_GetAttr(d, M.counts)), recs(PyObject_GetAttr(d, M.recs));
+  if (!counts || !recs) return nullptr;
+  if (!PyDict_Check(counts.get()) || !PyList_Check(recs.get())) {
+    PyErr_SetString(PyExc_TypeError, "fastrec: Dumper._counts or _recs is not a dict or list");
+    return nullptr;
+  }
+  PyObject* had = PyDict_GetItemWithError(counts.get(), base);
+  if (!had && PyErr_Occurred()) return nullptr;
+  long long n = had ? PyLong_AsLongLong(had) : 0;
+  if (n == -1 && PyErr_Occurred()) return nullptr;
+  Ref count(PyLong_FromLongLong(n)), next(PyLong_FromLongLong(n + 1));
+  if (!count || !next || PyDict_SetItem(counts.get(), base, next.get()) < 0) return nullptr;
+  Ref name(PyUnicode_FromFormat("%U.%lld.forward", base, n));
+  if (!name) return nullptr;
+  Ref parent;
+  for (Py_ssize_t i = PyList_GET_SIZE(stack) - 1; i >= 0 && !parent; i--) {
+    PyObject* e = PyList_GET_ITEM(stack, i);
+    if (!PyTuple_Check(e) || PyTuple_GET_SIZE(e) < 3) { PyErr_SetString(PyExc_TypeError, "fastrec: a stack entry"); return nullptr; }
+    PyObject* r = PyTuple_GET_ITEM(e, 2);
+    if (r != Py_None) {
+      parent.reset(PyObject_GetAttr(r, M.name));
+      if (!parent) return nullptr;
+    }
+  }
+  if (!parent) { Py_INCREF(Py_None); parent.reset(Py_None); }
+  Ref order(PyLong_FromSsize_t(PyList_GET_SIZE(recs.get())));
+  if (!order) return nullptr;
+  PyObject* argv[10] = {name.get(), M.api, M.forward, count.get(), order.get(), module_path, api, Py_None,
+                        parent.get(), base};
+  Ref rec(PyObject_Vectorcall(C.rec_class, argv, 10, nullptr));
+  if (!rec) return nullptr;
+  Ref src(caller_source());
+  if (!src) return nullptr;
+  if (src.get() != Py_None && PyObject_SetAttr(rec.get(), M.source, src.get()) < 0) return nullptr;
+  if (PyList_Append(recs.get(), rec.get()) < 0) return nullptr;
+  return rec.release();
+}
+
+// any item of `items` names a statistics row (dumper._has_tensor)
+int has_tensor(PyObject* rec, PyObject* name) {
+  Ref items(PyObject_GetAttr(rec, name));
+  if (!items) return -1;
+  if (!PyList_Check(items.get())) { PyErr_SetString(PyExc_TypeError, "fastrec: a record's items"); return -1; }
+  for (Py_ssize_t i = 0; i < PyList_GET_SIZE(items.get()); i++) {
+    PyObject* it = PyList_GET_ITEM(items.get(), i);
+    if (!PyTuple_Check(it) || PyTuple_GET_SIZE(it) < 3) { PyErr_SetString(PyExc_TypeError, "fastrec: an item"); return -1; }
+    if (PyTuple_GET_ITEM(it, 2) != Py_None) return 1;
+  }
+  return 0;
+}
+
+// Dumper._end_body(rec, out, grad_on) for an API call: one tensor out (not a copy or split call) here, the rest in
+// Python
+bool end_api(PyObject* d, PyObject* rec, PyObject* out, PyObject* api, bool grad_on) {
+  int tensor = plain(out) ? 1 : PyObject_IsInstance(out, THPVariableClass);
+  if (tensor < 0) return false;
+  int special = 0;
+  if (tensor) {
+    special = PySet_Contains(C.copy_ops, api);
+    if (special == 0) special = PySet_Contains(C.split_ops, api);
+    if (special < 0) return false;
+  }
+  if (!tensor || special) {
+    Ref r(PyObject_CallMethodObjArgs(d, M.end_body, rec, out, grad_on ? Py_True : Py_False, nullptr));
+    return (bool)r;
+  }
+  PyObject* dv = PyDict_GetItemWithError(C.dumper_globals, M.defer_outputs);
+  if (!dv) { if (!PyErr_Occurred()) PyErr_SetString(PyExc_AttributeError, "fastrec: no _DEFER_OUTPUTS"); return false; }
+  int defer = PyObject_IsTrue(dv);
+  if (defer < 0) return false;
+  PyObject* it = nullptr;
+  bool graph = false;
+  int got = item_core(d, out, arg_keys[0], defer, &it, &graph);
+  if (got < 0) return false;
+  Ref itm(it);
+  if (got == 0) {
+    Ref res(PyObject_CallMethodObjArgs(d, N.item_graph_py, out, arg_keys[0], defer ? Py_True : Py_False, nullptr));
+    if (!res) return false;
+    if (!PyTuple_Check(res.get()) || PyTuple_GET_SIZE(res.get()) != 2) {
+      PyErr_SetString(PyExc_TypeError, "fastrec: _item_graph_py gave no pair");
+      return false;
+    }
+    itm.reset(PyTuple_GET_ITEM(res.get(), 0));
+    Py_INCREF(itm.get());
+    int g = PyObject_IsTrue(PyTuple_GET_ITEM(res.get(), 1));
+    if (g < 0) return false;
+    graph = g;
+  }
+  Ref outs(PyObject_GetAttr(rec, M.outputs));
+  if (!outs || PyList_Append(outs.get(), itm.get()) < 0) return false;
+  PyObject* row = PyTuple_Check(itm.get()) && PyTuple_GET_SIZE(itm.get()) == 3 ? PyTuple_GET_ITEM(itm.get(), 2)
+                                                                                : Py_None;
+  if (row == Py_None) {  // no row for the output: the record is a node only where an input has one
+    int a = has_tensor(rec, N.args);
+    if (a < 0) return false;
+    int o = a ? 1 : has_tensor(rec, M.outputs);
+    if (o < 0) return false;
+    if (!o && PyObject_SetAttr(rec, M.kind, Py_None) < 0) return false;  // not a node (dropped at flush)
+  }
+  if (graph && grad_on) {
+    int b = attr_true(d, M.backward);
+    if (b < 0) return false;
+    if (b) {
+      Ref w(PyObject_CallMethodObjArgs(d, N.watch_grad, out, rec, M.input, arg_keys[0], row, nullptr));
+      if (!w) return false;
+    }
+  }
+  return true;
+}
+
+// the handler, bound to the mode (its __self__, as torch asks of a mode's __torch_function__)
+PyObject* handler(PyObject* mode, PyObject* const* a, size_t nargsf, PyObject* kwnames) {
+  Py_ssize_t n = PyVectorcall_NARGS(nargsf);
+  if ((kwnames && PyTuple_GET_SIZE(kwnames)) || n < 3 || n > 4) return fallback(mode, a, nargsf, kwnames);
+  PyObject *func = a[0], *args = a[2], *kwargs = n > 3 ? a[3] : Py_None;
+  if (!PyTuple_Check(args) || (kwargs != Py_None && !PyDict_Check(kwargs))) return fallback(mode, a, nargsf, kwnames);
+  Ref d(PyObject_GetAttr(mode, M.d));
+  if (!d) return nullptr;
+  int busy = attr_true(d.get(), M.busy);
+  if (busy < 0) return nullptr;
+  if (busy) return call_func(func, args, kwargs);  // the dumper's own calls
+  {
+    Ref table(PyObject_GetAttr(d.get(), N.table));
+    if (!table) return nullptr;
+    Ref pending(PyObject_GetAttr(table.get(), N.pending));
+    if (!pending) return nullptr;
+    if (pending.get() != Py_None) return fallback(mode, a, nargsf, kwnames);
+  }
+  PyObject* info = PyDict_GetItemWithError(C.api_cache, func);
+  if (!info) {
+    if (PyErr_Occurred()) { if (!PyErr_ExceptionMatches(PyExc_TypeError)) return nullptr; PyErr_Clear(); }
+    return fallback(mode, a, nargsf, kwnames);  // not named yet, or not hashable
+  }
+  int rec_on = attr_true(d.get(), M.recording);
+  if (rec_on < 0) return nullptr;
+  if (!rec_on) return fallback(mode, a, nargsf, kwnames);
+  if (info == Py_None) return call_func(func, args, kwargs);
+  int emu = PyDict_Contains(C.modules, M.emulator);
+  if (emu < 0) return nullptr;
+  if (emu) {  // the emulator is loaded: a call its kernel code made is not the program's (_from_emulator_kernel)
+    PyFrameObject* f = PyEval_GetFrame();
+    PyObject* known = nullptr;
+    if (f) {
+      PyCodeObject* code = PyFrame_GetCode(f);
+      known = PyDict_GetItemWithError(C.kernel_cache, code->co_filename);
+      Py_DECREF(code);
+      if (!known && PyErr_Occurred()) return nullptr;
+    }
+    if (known != Py_False) return fallback(mode, a, nargsf, kwnames);  // the kernel's, or a file not seen yet
+  }
+  if (!PyTuple_Check(info) || PyTuple_GET_SIZE(info) != 2) return fallback(mode, a, nargsf, kwnames);
+  Ref held(info);  // the cache entry, held while Python runs
+  Py_INCREF(info);
+  int op = PySet_Contains(C.operator_forms, PyTuple_GET_ITEM(info, 0));
+  if (op < 0) return nullptr;
+  if (op) {
+    info = operator_form(info);
+    held.reset((Py_INCREF(info), info));
+    if (!PyTuple_Check(info) || PyTuple_GET_SIZE(info) != 2) return fallback(mode, a, nargsf, kwnames);
+  }
+  int opt = attr_true(d.get(), M.in_optimizer);
+  if (opt < 0) return nullptr;
+  if (opt) {
+    int skip = attr_true(d.get(), M.skip_optimizer);
+    if (skip < 0) return nullptr;
+    if (skip) return fallback(mode, a, nargsf, kwnames);
+  }
+  int scope = attr_true(d.get(), M.scope);
+  if (scope < 0) return nullptr;
+  if (scope) return fallback(mode, a, nargsf, kwnames);
+  {
+    Ref ac(PyObject_CallNoArgs(C.any_autocast));
+    if (!ac) return nullptr;
+    int on = PyObject_IsTrue(ac.get());
+    if (on < 0) return nullptr;
+    if (on) return fallback(mode, a, nargsf, kwnames);
+  }
+  // _begin_api
+  PyObject *base = PyTuple_GET_ITEM(info, 0), *api = PyTuple_GET_ITEM(info, 1);
+  Ref stack(PyObject_GetAttr(d.get(), M.stack));
+  if (!stack) return nullptr;
+  if (!PyList_Check(stack.get())) return fallback(mode, a, nargsf, kwnames);
+  PyObject* module_path = Py_None;
+  Py_ssize_t depth = PyList_GET_SIZE(stack.get());
+  if (depth) {
+    PyObject* top = PyList_GET_ITEM(stack.get(), depth - 1);
+    if (!PyTuple_Check(top) || PyTuple_GET_SIZE(top) < 3) return fallback(mode, a, nargsf, kwnames);
+    module_path = PyTuple_GET_ITEM(top, 1);
+  }
+  Ref mp((Py_INCREF(module_path), module_path));
+  if (!set_busy(d.get(), true)) return nullptr;
+  bool grad_on = at::GradMode::is_enabled();
+  Ref rec(new_rec(d.get(), base, module_path, api, stack.get()));
+  bool ok = (bool)rec;
+  if (ok) {
+    int backward = attr_true(d.get(), M.backward);
+    ok = backward >= 0 && inputs_core(d.get(), rec.get(), args, backward && grad_on);
+    if (ok && kwargs != Py_None && PyDict_GET_SIZE(kwargs)) {
+      Ref r(PyObject_CallMethodObjArgs(d.get(), M.record_kwargs, rec.get(), kwargs,
+                                       backward && grad_on ? Py_True : Py_False, nullptr));
+      ok = (bool)r;
+    }
+  }
+  if (!set_busy(d.get(), false) || !ok) return nullptr;
+  Ref out(call_func(func, args, kwargs));
+  if (!out) return nullptr;
+  // _end
+  if (!set_busy(d.get(), true)) return nullptr;
+  ok = end_api(d.get(), rec.get(), out.get(), api, at::GradMode::is_enabled());
+  if (!set_busy(d.get(), false) || !ok) return nullptr;
+  return out.release();
+}
+
+PyMethodDef handler_def = {"__torch_function__", (PyCFunction)(void (*)(void))handler,
+                           METH_FASTCALL | METH_KEYWORDS, "the dump's torch-function handler (fastrec.cpp)"};
+
+// mode_connect(py_handler, api_cache, opforms, operator_forms, copy_ops, split_ops, sys.modules, any_autocast,
+//              rec_class, skip, dumper globals)
+PyObject* mode_connect(PyObject*, PyObject* args) {
+  ModeConf c{};
+  if (!PyArg_ParseTuple(args, "OO!O!O!O!O!O!OOOO!", &c.py_handler, &PyDict_Type, &c.api_cache, &PyDict_Type,
+                        &c.opforms, &PyFrozenSet_Type, &c.operator_forms, &PyFrozenSet_Type, &c.copy_ops,
+                        &PyFrozenSet_Type, &c.split_ops, &PyDict_Type, &c.modules, &c.any_autocast, &c.rec_class,
+                        &c.skip, &PyDict_Type, &c.dumper_globals))
+    return nullptr;
+  PyObject* kernel_cache = PyDict_GetItemString(c.dumper_globals, "_kernel_cache");
+  if (!kernel_cache || !PyDict_Check(kernel_cache)) {
+    PyErr_SetString(PyExc_TypeError, "fastrec: dumper._kernel_cache is not a dict");
+    return nullptr;
+  }
+  PyObject* cache = PyObject_GetAttrString(c.skip, "cache");
+  if (!cache) return nullptr;
+  if (!PyDict_Check(cache)) { Py_DECREF(cache); PyErr_SetString(PyExc_TypeError, "fastrec: skip.cache is not a dict"); return nullptr; }
+  c.skip_cache = cache;
+  if (!M.d) {
+    const char* names[] = {"d", "_busy", "_recording", "_stack", "_in_optimizer", "skip_optimizer", "scope",
+                           "_counts", "_recs", "name", "source", "outputs", "backward", "_end_body",
+                           "_record_kwargs", "api", "forward", "input", "_DEFER_OUTPUTS", "ascendify.emulator", "kind"};
+    PyObject** slots[] = {&M.d, &M.busy, &M.recording, &M.stack, &M.in_optimizer, &M.skip_optimizer, &M.scope,
+                          &M.counts, &M.recs, &M.name, &M.source, &M.outputs, &M.backward, &M.end_body,
+                          &M.record_kwargs, &M.api, &M.forward, &M.input, &M.defer_outputs, &M.emulator, &M.kind};
+    static_assert(sizeof(names) / sizeof(names[0]) == sizeof(slots) / sizeof(slots[0]));
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+      *slots[i] = PyUnicode_InternFromString(names[i]);
+      if (!*slots[i]) return nullptr;
+    }
+  }
+  PyObject** mine[] = {&C.py_handler, &C.api_cache, &C.opforms, &C.operator_forms, &C.copy_ops, &C.split_ops,
+                       &C.modules, &C.any_autocast, &C.rec_class, &C.skip, &C.dumper_globals};
+  PyObject* given[] = {c.py_handler, c.api_cache, c.opforms, c.operator_forms, c.copy_ops, c.split_ops,
+                       c.modules, c.any_autocast, c.rec_class, c.skip, c.dumper_globals};
+  for (size_t i = 0; i < sizeof(mine) / sizeof(mine[0]); i++) { Py_INCREF(given[i]); Py_XSETREF(*mine[i], given[i]); }
+  Py_XSETREF(C.skip_cache, cache);
+  Py_INCREF(kernel_cache);
+  Py_XSETREF(C.kernel_cache, kernel_cache);
+  Py_RETURN_NONE;
+}
+
+// mode_handler(mode): the handler bound to `mode`, to set as its __torch_function__
+PyObject* mode_handler(PyObject*, PyObject* mode) {
+  if (!C.py_handler) { PyErr_SetString(PyExc_RuntimeError, "fastrec: mode_connect() first"); return nullptr; }
+  if (!stats_globals) { PyErr_SetString(PyExc_RuntimeError, "fastrec: connect() first"); return nullptr; }
+  return PyCFunction_NewEx(&handler_def, mode, nullptr);
+}
+#endif
 
 // init(kernel addresses (3, 0 where none), torch.Tensor, torch.nn.Parameter)
 PyObject* init(PyObject*, PyObject* args) {
@@ -944,6 +1315,10 @@ PyMethodDef methods[] = {
   {"connect", (PyCFunction)connect, METH_VARARGS, "the statistics table's module, fill, constants"},
   {"item", (PyCFunction)(void (*)(void))item, METH_FASTCALL, "the recording of a tensor"},
   {"inputs", (PyCFunction)(void (*)(void))inputs, METH_FASTCALL, "the recording of a call's positional inputs"},
+#ifdef FASTREC_MODE
+  {"mode_connect", (PyCFunction)mode_connect, METH_VARARGS, "the dumper's tables for the mode's handler"},
+  {"mode_handler", (PyCFunction)mode_handler, METH_O, "the mode's handler, bound to a mode"},
+#endif
   {nullptr, nullptr, 0, nullptr},
 };
 }  // namespace

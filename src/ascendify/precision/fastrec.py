@@ -82,6 +82,18 @@ def recorder():
     return mod.item, mod.inputs
 
 
+def mode_handler(py_handler, api_cache, operator_table, operator_forms, copy_ops, split_ops, any_autocast,
+                 rec_class, caller, dumper_globals):
+    """``mode_handler(mode)``: the dump's torch-function handler in C++ bound to ``mode`` (``_ApiMode``), connected to
+    the dumper's tables, or None (an extension without it: CPython before 3.11). Call after :func:`recorder`."""
+    mod = _EXT.module(build_if_missing=False) if _EXT.loaded() else None
+    if mod is None or not _ready or not hasattr(mod, "mode_handler"):
+        return None
+    mod.mode_connect(py_handler, api_cache, operator_table, operator_forms, copy_ops, split_ops, sys.modules,
+                     any_autocast, rec_class, caller, dumper_globals)
+    return mod.mode_handler
+
+
 def entries():
     """The writer of a step's common ``dump.json`` entries (``entries(specs, rows, Fragment, data)``: see the C++
     source) when the extension is loaded (a dump loaded it), else None. Never builds it."""
