@@ -80,22 +80,30 @@ def test_probe_leaves_tensor_subclasses_to_python():
 @needs_fastrec
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("shape", [(7,), (3, 4, 5), (1, 5000), (70_000,)])
-def test_fill_writes_the_row_the_python_path_writes(dtype, shape):
+@pytest.mark.parametrize("layout", ["dense", "strided"])
+def test_fill_writes_the_row_the_python_path_writes(dtype, shape, layout, monkeypatch):
+    """fastrec.fill against StatTable._fast without it (the kernel's Python call, stats._offsets for a strided
+    view): the same row; a large dense tensor may be deferred (2), a strided one is read at once."""
     if stats._kernel(dtype) is None:
         pytest.skip(f"no statistics kernel for {dtype} here")
     torch.manual_seed(1)
     t = torch.randn(*shape).to(dtype)
     t.view(-1)[3] = float("nan")
+    if layout == "strided":  # a transpose, or every other element
+        t = t.transpose(0, -1) if t.dim() > 1 and t.shape[0] > 1 else t.reshape(-1)[::2]
+        assert not t.is_contiguous()
     fill = FNS[1]
     table = stats.StatTable()
     py = table._next()
-    assert stats.StatTable._fast.__get__(table)(t, py, None)  # plans built, through the Python call (or C++)
+    with monkeypatch.context() as m:
+        m.setattr(stats, "_cfill", None)
+        assert stats.StatTable._fast.__get__(table)(t, py, None)  # the Python call (plans built)
     row = table._next()
     assert fill(t, table._base + row * stats._ROW, None, stats._plans, False, 0) == 1
     a, b = table._host[py], table._host[row]
     assert torch.equal(a.isnan(), b.isnan()) and torch.equal(a.nan_to_num(), b.nan_to_num())
-    # a large enough tensor may be deferred: nothing read, 2
-    assert fill(t, table._base + row * stats._ROW, None, stats._plans, False, 1) == 2
+    # a large enough dense tensor may be deferred: nothing read, 2
+    assert fill(t, table._base + row * stats._ROW, None, stats._plans, False, 1) == (2 if layout == "dense" else 1)
 
 
 @needs_fastrec
@@ -104,7 +112,7 @@ def test_fill_leaves_what_it_does_not_read_to_python():
     i = table._next()
     addr = table._base + i * stats._ROW
     stats._cpu_plan(12)
-    for t in (torch.arange(12.0).view(3, 4).t(), torch.arange(12), torch.arange(12.0, dtype=torch.float64),
+    for t in (torch.arange(12), torch.arange(12.0, dtype=torch.float64),
               torch.empty(0), torch.empty(3, device="meta")):
         assert fill(t, addr, None, stats._plans, False, 0) == 0, t.dtype
     assert fill(torch.randn(123457), addr, None, {}, False, 0) == 0  # no plan for this size yet
@@ -427,15 +435,34 @@ def _handler_program(m: nn.Module, x: torch.Tensor) -> None:
     opt.step()
 
 
+class _Pair(nn.Module):
+    def forward(self, x, *, scale=1.0):  # a keyword input, two outputs
+        return x * scale, x.sum()
+
+
+class _Fails(nn.Module):
+    def forward(self, x):
+        return x @ torch.ones(5, 5)  # raises: the stack keeps its entry until a later module's hook pops past it
+
+
 class _Nested(nn.Module):
     def __init__(self):
         super().__init__()
         self.inner = nn.Sequential(nn.Linear(6, 6), nn.Tanh())
         self.out = nn.Linear(6, 6)
+        self.lazy = nn.LazyLinear(6)  # its parameters have a shape once it runs (recorded as it returns)
+        self.pair = _Pair()
+        self.fails = _Fails()
 
     def forward(self, x):
         h = self.inner(x) * 0.5
-        return self.out(torch.relu(h) + x.mean(dim=0, keepdim=True))
+        try:
+            self.fails(h)
+        except RuntimeError:
+            pass
+        a, b = self.pair(h, scale=2.0)
+        built = nn.Identity()  # built on the fly: named after its class under its caller
+        return self.out(built(torch.relu(a) + b + x.mean(dim=0, keepdim=True))) + self.lazy(x)
 
 
 def _handler_dump(tmp_path, name: str, c_handler: bool, **kw) -> tuple[dict, int]:
@@ -444,7 +471,7 @@ def _handler_dump(tmp_path, name: str, c_handler: bool, **kw) -> tuple[dict, int
     torch.manual_seed(5)
     m = _Nested()
     x = torch.randn(4, 6)
-    saved = dumper._cmode
+    saved = (dumper._cmode, dumper._chooks)
     ended = []  # API calls the Python handler recorded (its _end; the C++ handler's are its own)
     real = dumper.Dumper._end
 
@@ -454,20 +481,29 @@ def _handler_dump(tmp_path, name: str, c_handler: bool, **kw) -> tuple[dict, int
 
     dumper.Dumper._end = end
     if not c_handler:
-        dumper._cmode = None
+        dumper._cmode = dumper._chooks = None
     try:
-        with dumper.Dumper(m, tmp_path / name, level="mix", **kw) as d:
-            handler = d._mode.__dict__.get("__torch_function__")
-            assert (handler is not None) == c_handler
-            assert handler is None or handler.__self__ is d._mode  # torch asks it of a mode's handler
-            _handler_program(m, x)
+        with dumper.Dumper(m, tmp_path / name, **{"level": "mix", **kw}) as d:
             mode = d._mode
-        assert "__torch_function__" not in mode.__dict__  # unbound at stop: no cycle left behind
+            if mode is not None:
+                handler = mode.__dict__.get("__torch_function__")
+                assert (handler is not None) == c_handler
+                assert handler is None or handler.__self__ is mode  # torch asks it of a mode's handler
+            hooks = m.inner._forward_pre_hooks.values()
+            assert all(type(h).__name__ == ("builtin_function_or_method" if c_handler else "method") for h in hooks)
+            _handler_program(m, x)
+        assert mode is None or "__torch_function__" not in mode.__dict__  # unbound at stop: no cycle left
     finally:
-        dumper._cmode = saved
+        dumper._cmode, dumper._chooks = saved
         dumper.Dumper._end = real
     files = {str(p.relative_to(tmp_path / name)): json.loads(p.read_text())
              for p in sorted((tmp_path / name).rglob("*.json"))}  # fmt: skip
+    for f, doc in files.items():  # the lazy module's initialisation reads torch.empty's memory: its values differ
+        if f.endswith("dump.json"):
+            for node, entry in doc["data"].items():
+                if node.startswith(("Torch.kaiming_uniform_.", "Torch.uniform_.")):
+                    entry.pop("input_kwargs", None)
+                    entry.pop("input_args", None)
     return files, ended.count("api")
 
 
@@ -503,6 +539,7 @@ def test_the_mode_handler_records_what_the_python_handler_records(tmp_path, monk
 def test_the_mode_handler_clears_busy_when_a_call_raises(tmp_path):
     """A call that raises inside the handler leaves the dumper recording the calls after it."""
     dumper._connect_fastrec()
+    assert dumper._cmode is not None
     with dump(None, tmp_path / "e", level="api") as d:
         torch.ones(2).add(1)  # named: the next ones take the C++ path
         for _ in range(2):
@@ -512,3 +549,16 @@ def test_the_mode_handler_clears_busy_when_a_call_raises(tmp_path):
         torch.ones(2).add(2)
         names = [r.name for r in d._recs]
     assert names[-1] == "Tensor.add.3.forward" and "Tensor.add.2.forward" in names
+
+
+@needs_fastrec
+@pytest.mark.parametrize("level", ["module", "api"])
+def test_the_module_hooks_record_what_the_python_hooks_record(tmp_path, level):
+    """fastrec.module_hooks against Dumper._pre_hook/_post_hook at the other two levels (mix: above)."""
+    dumper._connect_fastrec()
+    assert dumper._chooks is not None
+    fast, _ = _handler_dump(tmp_path, "c", True, level=level)
+    slow, _ = _handler_dump(tmp_path, "py", False, level=level)
+    assert fast == slow
+    nodes = fast["step0/rank0/dump.json"]["data"]
+    assert ("Module.pair._Pair.forward.0" in nodes) == (level == "module")

@@ -146,12 +146,13 @@ _probe = None
 _citem = None
 _cinputs = None
 _cmode = None  # fastrec.mode_handler: the mode's handler in C++, bound to a mode (_ApiMode)
+_chooks = None  # fastrec.module_hooks: Dumper._pre_hook and _post_hook in C++, bound to a dumper
 _fastrec_tried = False
 
 
 def _connect_fastrec() -> None:
     """Load the C++ recorder (``fastrec``; built on first use) and give its kernel call to the statistics table."""
-    global _probe, _citem, _cinputs, _cmode, _fastrec_tried
+    global _probe, _citem, _cinputs, _cmode, _chooks, _fastrec_tried
     if _fastrec_tried:
         return
     _fastrec_tried = True
@@ -168,6 +169,7 @@ def _connect_fastrec() -> None:
                 _ApiMode.__torch_function__, _api_cache, _OPERATOR_TABLE, _OPERATOR_FORMS, _COPY_OPS, _SPLIT_OPS,
                 _any_autocast, _Rec, _CALLER, globals(),
             )
+            _chooks = fastrec.module_hooks() if _cmode is not None else None
 
 
 def _meta(t: torch.Tensor) -> tuple[str, tuple[int, ...], bool, str]:
@@ -611,6 +613,8 @@ class Dumper:
             gc.set_threshold(_GC_YOUNG, *self._gc_threshold[1:])
         if self.model is not None:
             pre, post = self._pre_hook, self._post_hook
+            if _chooks is not None and _citem is not None and _cinputs is not None:
+                pre, post = _chooks(self)  # the common module call in C++; they call the two methods for the rest
             for m in self._register_paths(self.model, ""):
                 self._handles.append(_hook_module(m, pre, post))
         else:

@@ -8,10 +8,12 @@
 #include <torch/csrc/DynamicTypes.h>
 #include <torch/csrc/Device.h>
 #include <ATen/core/grad_mode.h>
+#include <ATen/PythonTorchFunctionTLS.h>
 #include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <map>
+#include <memory>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -21,6 +23,8 @@ constexpr int MAXDIM = 16;
 typedef void (*vec_fn)(const void*, int, const int64_t*, const int64_t*, int64_t, const float*, float, const float*,
                        float*, const int64_t*);
 vec_fn kinds[3] = {nullptr, nullptr, nullptr};
+typedef void (*offs_fn)(int, const int64_t*, const int64_t*, int64_t, int64_t*);
+offs_fn offsets_fn = nullptr;  // stats_kernel's offsets: a strided layout's sample offsets (stats._offsets)
 PyObject* plain_types[2] = {nullptr, nullptr};  // torch.Tensor, torch.nn.Parameter
 PyObject* dtype_names[64] = {nullptr};
 std::map<std::pair<int, int>, PyObject*> device_names;
@@ -181,6 +185,23 @@ PyObject* probe(PyObject*, PyObject* o) {
 // (defer_min > 0 and the tensor, which it could read, has at least that many elements: StatTable.add); 0: not
 // handled here (the Python path decides: another dtype or layout, an empty tensor, a plan not built yet).
 // fill's work: -1 on a Python error, else what fill returns
+// stats._offsets in C++: a strided layout's sample offsets, computed once per layout (sizes and strides; the samples
+// follow from the element count), 256 layouts at most (then forgotten, as the Python cache is)
+// (with the GIL held; the caller keeps the shared pointer while the kernel runs without it)
+std::unordered_map<std::string, std::shared_ptr<std::vector<int64_t>>> layouts;
+std::shared_ptr<std::vector<int64_t>> layout_offsets(int64_t nd, const int64_t* dims, const int64_t* pos, int64_t k) {
+  std::string key((const char*)dims, nd * sizeof(int64_t));
+  key.append((const char*)(dims + MAXDIM), nd * sizeof(int64_t));
+  auto it = layouts.find(key);
+  if (it == layouts.end()) {
+    if (layouts.size() >= 256) layouts.clear();
+    auto offs = std::make_shared<std::vector<int64_t>>(k);
+    offsets_fn((int)nd, dims, pos, k, offs->data());
+    it = layouts.emplace(std::move(key), std::move(offs)).first;
+  }
+  return it->second;
+}
+
 int fill_core(PyObject* o, float* out, const float* head, PyObject* plans, bool pu1_host, long long defer_min) {
   if (!plain(o)) return 0;
   try {
@@ -196,10 +217,11 @@ int fill_core(PyObject* o, float* out, const float* head, PyObject* plans, bool 
     if (!t.is_cpu() && !(pu1_host && t.device().type() == c10::DeviceType::PrivateUse1)) return 0;
     int64_t nd = t.dim();
     int64_t numel = t.numel();
-    if (nd > MAXDIM || numel == 0 || !t.is_contiguous()) return 0;
+    bool dense = t.is_contiguous();
+    if (nd > MAXDIM || numel == 0 || (!dense && !offsets_fn)) return 0;
     const void* x = t.data_ptr();
     if (!x) return 0;
-    if (defer_min > 0 && numel >= defer_min && !t.is_inference()) return 2;  // it has a version
+    if (dense && defer_min > 0 && numel >= defer_min && !t.is_inference()) return 2;  // it has a version
     PyObject* key = PyLong_FromLongLong(numel);
     if (!key) return -1;
     PyObject* plan = PyDict_GetItemWithError(plans, key);
@@ -217,9 +239,12 @@ int fill_core(PyObject* o, float* out, const float* head, PyObject* plans, bool 
     auto sizes = t.sizes();
     auto strides = t.strides();
     for (int64_t d = 0; d < nd; d++) { dims[d] = sizes[d]; dims[MAXDIM + d] = strides[d]; }
+    std::shared_ptr<std::vector<int64_t>> held;
+    if (!dense) held = layout_offsets(nd, dims, pos, k);
+    const int64_t* offs = held ? held->data() : nullptr;
     Py_INCREF(plan);  // its tensors (positions, weights) stay alive while the GIL is released
     Py_BEGIN_ALLOW_THREADS
-    kinds[kind](x, (int)nd, dims, pos, k, w, (float)scale, head, out, nullptr);
+    kinds[kind](x, (int)nd, dims, pos, k, w, (float)scale, head, out, offs);
     Py_END_ALLOW_THREADS
     Py_DECREF(plan);
     return 1;
@@ -264,7 +289,8 @@ struct Ref {  // an owned reference
 
 struct Names {
   PyObject *seen, *storage, *table, *keeps, *param_stat, *stat_new, *keep, *pending, *n, *cap, *host, *base, *none,
-      *next, *fill, *value, *watch_list, *watch_grad, *item_graph_py, *args, *output, *cfill, *plans, *pu1_host;
+      *next, *fill, *value, *watch_list, *watch_grad, *item_graph_py, *args, *output, *cfill, *plans, *pu1_host,
+      *dev, *fill_view;
 } N;
 PyObject* stats_globals = nullptr;  // the stats module's dict (its _cfill, _plans, _pu1_host)
 PyObject* own_fill = nullptr;       // this module's fill, as stats._cfill holds it when the recorder is on
@@ -279,10 +305,12 @@ PyObject* connect(PyObject*, PyObject* args) {
   if (!N.seen) {
     const char* names[] = {"_seen", "_storage", "_table", "_keeps", "_param_stat", "_stat_new", "_keep", "pending",
                            "n", "_cap", "_host", "_base", "_none", "_next", "_fill", "_value", "_watch_list",
-                           "_watch_grad", "_item_graph_py", "args", "output", "_cfill", "_plans", "_pu1_host"};
+                           "_watch_grad", "_item_graph_py", "args", "output", "_cfill", "_plans", "_pu1_host", "_dev",
+                           "_fill_view"};
     PyObject** slots[] = {&N.seen, &N.storage, &N.table, &N.keeps, &N.param_stat, &N.stat_new, &N.keep, &N.pending,
                           &N.n, &N.cap, &N.host, &N.base, &N.none, &N.next, &N.fill, &N.value, &N.watch_list,
-                          &N.watch_grad, &N.item_graph_py, &N.args, &N.output, &N.cfill, &N.plans, &N.pu1_host};
+                          &N.watch_grad, &N.item_graph_py, &N.args, &N.output, &N.cfill, &N.plans, &N.pu1_host, &N.dev,
+                          &N.fill_view};
     static_assert(sizeof(names) / sizeof(names[0]) == sizeof(slots) / sizeof(slots[0]));
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
       *slots[i] = PyUnicode_InternFromString(names[i]);
@@ -318,19 +346,31 @@ PyObject* stat_new(PyObject* d, PyObject* o, const Reads& r, PyObject* id, PyObj
   Ref none(PyObject_GetAttr(table.get(), N.none));
   if (!none) return nullptr;
   bool python = !PyDict_Check(storage.get()) || !PyAnySet_Check(none.get());
+  Ref view;  // the valid entry of this memory (the newest tensor over it still lives, unchanged): t is a view of it
+  long long view_row = -1;
   if (!python && skey.get() != Py_None) {
     PyObject* base = PyDict_GetItemWithError(storage.get(), skey.get());
-    if (base) {  // a valid entry (the newest tensor over this memory still lives, unchanged): a view, in Python
+    if (base) {
       if (!PyTuple_CheckExact(base) || PyTuple_GET_SIZE(base) != 3) python = true;
       else {
         int eq = PyObject_RichCompareBool(PyTuple_GET_ITEM(base, 1), ver, Py_EQ);
         if (eq < 0) return nullptr;
         PyObject* ref = PyTuple_GET_ITEM(base, 0);
-        if (eq && (!PyWeakref_Check(ref) || PyWeakref_GetObject(ref) != Py_None)) {
+        if (eq && PyWeakref_Check(ref) && PyWeakref_GetObject(ref) != Py_None) {
           int gone = PySet_Contains(none.get(), PyTuple_GET_ITEM(base, 2));
           if (gone < 0) return nullptr;
-          python = !gone;
-        }
+          if (!gone) {  // StatTable.add_view: its statistics, the view's own fingerprint
+            Py_INCREF(base);
+            view.reset(base);
+            view_row = PyLong_AsLongLong(PyTuple_GET_ITEM(base, 2));
+            if (view_row == -1 && PyErr_Occurred()) return nullptr;
+            Ref dev(PyObject_GetAttr(table.get(), N.dev));  // a row torch computed: the Python path
+            if (!dev) return nullptr;
+            int on_dev = PyDict_Check(dev.get()) ? PyDict_Contains(dev.get(), PyTuple_GET_ITEM(base, 2)) : 1;
+            if (on_dev < 0) return nullptr;
+            python = on_dev || view_row < 0;
+          }
+        } else if (eq && !PyWeakref_Check(ref)) python = true;
       }
     } else if (PyErr_Occurred()) return nullptr;
   }
@@ -377,16 +417,36 @@ PyObject* stat_new(PyObject* d, PyObject* o, const Reads& r, PyObject* id, PyObj
   Py_INCREF(plans);
   Ref pu1(PyObject_CallNoArgs(pu1_fn));
   if (!pu1) return nullptr;
-  int got = fill_core(o, (float*)(uintptr_t)(b + (unsigned long long)(i * row_bytes)), nullptr, plans,
-                      pu1.get() == Py_True, defer ? defer_min : 0);
+  const float* head = view ? (const float*)(uintptr_t)(b + (unsigned long long)(view_row * row_bytes)) : nullptr;
+  int got = fill_core(o, (float*)(uintptr_t)(b + (unsigned long long)(i * row_bytes)), head, plans,
+                      pu1.get() == Py_True, defer && !view ? defer_min : 0);
   if (got < 0) return nullptr;
-  if (got == 2) {  // deferred: read at the next call (StatTable.settle)
+  if (view) {  // add_view's row; the rest of _fill_view (another dtype, no statistics) in Python
+    if (got == 0) {
+      Ref done(PyObject_CallMethodObjArgs(table.get(), N.fill_view, PyTuple_GET_ITEM(view.get(), 2), o, idx.get(),
+                                          nullptr));
+      if (!done) return nullptr;
+    }
+    // _remember(t, ver, skey, idx, base): the newest tensor over this memory keeps its entry valid
+    Ref ref(PyWeakref_NewRef(o, nullptr));
+    if (ref) {
+      Ref entry(PyTuple_Pack(3, ref.get(), ver, idx.get())), mem(PyTuple_Pack(3, ref.get(), ver,
+                                                                              PyTuple_GET_ITEM(view.get(), 2)));
+      if (!entry || !mem || PyDict_SetItem(seen, id, entry.get()) < 0 ||
+          PyDict_SetItem(storage.get(), skey.get(), mem.get()) < 0)
+        return nullptr;
+    } else {
+      if (!PyErr_ExceptionMatches(PyExc_TypeError)) return nullptr;
+      PyErr_Clear();
+    }
+  } else if (got == 2) {  // deferred: read at the next call (StatTable.settle)
     Ref p(PyTuple_Pack(3, o, idx.get(), ver));
     if (!p || PyObject_SetAttr(table.get(), N.pending, p.get()) < 0) return nullptr;
   } else if (got == 0) {  // another dtype or layout, a plan not built yet: StatTable._fill, as add would
     Ref done(PyObject_CallMethodObjArgs(table.get(), N.fill, o, idx.get(), Py_True, nullptr));
     if (!done) return nullptr;
   }
+  if (!view) {
   // _stat_new's end: the memory's entry, then _remember(t, ver, skey, idx, None)
   int gone = PySet_Contains(none.get(), idx.get());
   if (gone < 0) return nullptr;
@@ -402,6 +462,7 @@ PyObject* stat_new(PyObject* d, PyObject* o, const Reads& r, PyObject* id, PyObj
   } else {
     if (!PyErr_ExceptionMatches(PyExc_TypeError)) return nullptr;
     PyErr_Clear();  // no weak reference to it: not remembered (as _remember)
+  }
   }
   Ref keeps(PyObject_GetAttr(d, N.keeps));
   if (!keeps) return nullptr;
@@ -556,7 +617,8 @@ PyObject* inputs(PyObject*, PyObject* const* a, Py_ssize_t n) {
 #define FASTREC_MODE 1
 struct ModeNames {
   PyObject *d, *busy, *recording, *stack, *in_optimizer, *skip_optimizer, *scope, *counts, *recs, *name, *source,
-      *outputs, *backward, *end_body, *record_kwargs, *api, *forward, *input, *defer_outputs, *emulator, *kind;
+      *outputs, *backward, *end_body, *record_kwargs, *api, *forward, *input, *defer_outputs, *emulator, *kind, *module, *paths, *seen_, *storage_, *params_seen,
+      *level, *record_params, *pre_hook, *post_hook, *lazy, *ac, *end, *path_of, *dunder_name;
 } M;
 struct ModeConf {  // set by mode_connect (all owned)
   PyObject *py_handler, *api_cache, *opforms, *operator_forms, *copy_ops, *split_ops, *modules, *any_autocast,
@@ -642,8 +704,10 @@ PyObject* caller_source() {
   Py_RETURN_NONE;
 }
 
-// Dumper._new_rec(base, "api", module_path, api, None), appended to the step's records
-PyObject* new_rec(PyObject* d, PyObject* base, PyObject* module_path, PyObject* api, PyObject* stack) {
+// Dumper._new_rec(base, kind, module_path, api, class_name), appended to the step's records; `cls`: null for an
+// API call ("api"), else the module's class name ("module")
+PyObject* new_rec(PyObject* d, PyObject* base, PyObject* module_path, PyObject* api, PyObject* stack,
+                  PyObject* cls = nullptr) {
   Ref counts(PyObject_GetAttr(d, M.counts)), recs(PyObject_GetAttr(d, M.recs));
   if (!counts || !recs) return nullptr;
   if (!PyDict_Check(counts.get()) || !PyList_Check(recs.get())) {
@@ -656,7 +720,7 @@ PyObject* new_rec(PyObject* d, PyObject* base, PyObject* module_path, PyObject* 
   if (n == -1 && PyErr_Occurred()) return nullptr;
   Ref count(PyLong_FromLongLong(n)), next(PyLong_FromLongLong(n + 1));
   if (!count || !next || PyDict_SetItem(counts.get(), base, next.get()) < 0) return nullptr;
-  Ref name(PyUnicode_FromFormat("%U.%lld.forward", base, n));
+  Ref name(cls ? PyUnicode_FromFormat("%U.forward.%lld", base, n) : PyUnicode_FromFormat("%U.%lld.forward", base, n));
   if (!name) return nullptr;
   Ref parent;
   for (Py_ssize_t i = PyList_GET_SIZE(stack) - 1; i >= 0 && !parent; i--) {
@@ -671,8 +735,8 @@ PyObject* new_rec(PyObject* d, PyObject* base, PyObject* module_path, PyObject* 
   if (!parent) { Py_INCREF(Py_None); parent.reset(Py_None); }
   Ref order(PyLong_FromSsize_t(PyList_GET_SIZE(recs.get())));
   if (!order) return nullptr;
-  PyObject* argv[10] = {name.get(), M.api, M.forward, count.get(), order.get(), module_path, api, Py_None,
-                        parent.get(), base};
+  PyObject* argv[10] = {name.get(), cls ? M.module : M.api, M.forward, count.get(), order.get(), module_path, api,
+                        cls ? cls : Py_None, parent.get(), base};
   Ref rec(PyObject_Vectorcall(C.rec_class, argv, 10, nullptr));
   if (!rec) return nullptr;
   Ref src(caller_source());
@@ -695,13 +759,13 @@ int has_tensor(PyObject* rec, PyObject* name) {
   return 0;
 }
 
-// Dumper._end_body(rec, out, grad_on) for an API call: one tensor out (not a copy or split call) here, the rest in
-// Python
-bool end_api(PyObject* d, PyObject* rec, PyObject* out, PyObject* api, bool grad_on) {
+// Dumper._end_body(rec, out, grad_on) for an API call (`api`: its name) or a module's (`api` null): one tensor out
+// (not a copy or split call) here, the rest in Python
+bool end_rec(PyObject* d, PyObject* rec, PyObject* out, PyObject* api, bool grad_on) {
   int tensor = plain(out) ? 1 : PyObject_IsInstance(out, THPVariableClass);
   if (tensor < 0) return false;
   int special = 0;
-  if (tensor) {
+  if (tensor && api) {
     special = PySet_Contains(C.copy_ops, api);
     if (special == 0) special = PySet_Contains(C.split_ops, api);
     if (special < 0) return false;
@@ -710,10 +774,13 @@ bool end_api(PyObject* d, PyObject* rec, PyObject* out, PyObject* api, bool grad
     Ref r(PyObject_CallMethodObjArgs(d, M.end_body, rec, out, grad_on ? Py_True : Py_False, nullptr));
     return (bool)r;
   }
-  PyObject* dv = PyDict_GetItemWithError(C.dumper_globals, M.defer_outputs);
-  if (!dv) { if (!PyErr_Occurred()) PyErr_SetString(PyExc_AttributeError, "fastrec: no _DEFER_OUTPUTS"); return false; }
-  int defer = PyObject_IsTrue(dv);
-  if (defer < 0) return false;
+  int defer = 0;  // an API call's single output may wait for the next call (_DEFER_OUTPUTS)
+  if (api) {
+    PyObject* dv = PyDict_GetItemWithError(C.dumper_globals, M.defer_outputs);
+    if (!dv) { if (!PyErr_Occurred()) PyErr_SetString(PyExc_AttributeError, "fastrec: no _DEFER_OUTPUTS"); return false; }
+    defer = PyObject_IsTrue(dv);
+    if (defer < 0) return false;
+  }
   PyObject* it = nullptr;
   bool graph = false;
   int got = item_core(d, out, arg_keys[0], defer, &it, &graph);
@@ -736,7 +803,7 @@ bool end_api(PyObject* d, PyObject* rec, PyObject* out, PyObject* api, bool grad
   if (!outs || PyList_Append(outs.get(), itm.get()) < 0) return false;
   PyObject* row = PyTuple_Check(itm.get()) && PyTuple_GET_SIZE(itm.get()) == 3 ? PyTuple_GET_ITEM(itm.get(), 2)
                                                                                 : Py_None;
-  if (row == Py_None) {  // no row for the output: the record is a node only where an input has one
+  if (row == Py_None && api) {  // no row for the API call's output: a node only where an input has one
     int a = has_tensor(rec, N.args);
     if (a < 0) return false;
     int o = a ? 1 : has_tensor(rec, M.outputs);
@@ -852,9 +919,173 @@ PyObject* handler(PyObject* mode, PyObject* const* a, size_t nargsf, PyObject* k
   if (!out) return nullptr;
   // _end
   if (!set_busy(d.get(), true)) return nullptr;
-  ok = end_api(d.get(), rec.get(), out.get(), api, at::GradMode::is_enabled());
+  ok = end_rec(d.get(), rec.get(), out.get(), api, at::GradMode::is_enabled());
   if (!set_busy(d.get(), false) || !ok) return nullptr;
   return out.release();
+}
+
+// torch-function modes off while the dumper records inside a module hook (dumper._quiet's DisableTorchFunction)
+struct NoTorchFunction {
+  at::impl::TorchFunctionDisabledState old;
+  NoTorchFunction() : old(at::impl::PythonTorchFunctionTLS::get_disabled_state()) {
+    at::impl::PythonTorchFunctionTLS::set_disabled_state(at::impl::TorchFunctionDisabledState::ALL_DISABLED);
+  }
+  ~NoTorchFunction() { at::impl::PythonTorchFunctionTLS::set_disabled_state(old); }
+};
+
+// Dumper._pre_hook(module, args, kwargs) for the common module call (recording, no scope, autocast off); the rest,
+// and the parameters (_record_params), in Python. Bound to the dumper.
+PyObject* pre_hook(PyObject* d, PyObject* const* a, Py_ssize_t n) {
+  if (n != 3) { PyErr_SetString(PyExc_TypeError, "the pre-hook takes 3 arguments"); return nullptr; }
+  PyObject *module = a[0], *args = a[1], *kwargs = a[2];
+  auto python = [&]() { return PyObject_CallMethodObjArgs(d, M.pre_hook, module, args, kwargs, nullptr); };
+  int rec_on = attr_true(d, M.recording);
+  if (rec_on < 0) return nullptr;
+  int busy = rec_on ? attr_true(d, M.busy) : 0;
+  if (busy < 0) return nullptr;
+  if (!rec_on || busy || !PyTuple_Check(args) || !PyDict_Check(kwargs)) return python();
+  int scope = attr_true(d, M.scope);
+  if (scope < 0) return nullptr;
+  if (scope) return python();
+  Ref ac(PyObject_CallNoArgs(C.any_autocast));
+  if (!ac) return nullptr;
+  int on = PyObject_IsTrue(ac.get());
+  if (on < 0) return nullptr;
+  if (on) return python();
+  Ref stack(PyObject_GetAttr(d, M.stack));
+  if (!stack) return nullptr;
+  if (!PyList_Check(stack.get())) return python();
+  if (!PyList_GET_SIZE(stack.get())) {
+    // a new top-level call: parameters may have changed through ``p.data``; summarise them afresh (_pre_hook)
+    PyObject* names[3] = {M.seen_, M.storage_, M.params_seen};
+    for (PyObject* nm : names) {
+      Ref dct(PyObject_GetAttr(d, nm));
+      if (!dct) return nullptr;
+      if (!PyDict_Check(dct.get())) return python();
+      PyDict_Clear(dct.get());
+    }
+  }
+  Ref path;
+  {
+    Ref paths(PyObject_GetAttr(d, M.paths));
+    if (!paths) return nullptr;
+    Ref id(PyLong_FromVoidPtr(module));
+    if (!id) return nullptr;
+    PyObject* e = PyDict_Check(paths.get()) ? PyDict_GetItemWithError(paths.get(), id.get()) : nullptr;
+    if (!e && PyErr_Occurred()) return nullptr;
+    if (e && PyTuple_Check(e) && PyTuple_GET_SIZE(e) == 2 && PyWeakref_Check(PyTuple_GET_ITEM(e, 0)) &&
+        PyWeakref_GetObject(PyTuple_GET_ITEM(e, 0)) == module) {
+      path.reset(PyTuple_GET_ITEM(e, 1));
+      Py_INCREF(path.get());
+    } else {
+      path.reset(PyObject_CallMethodObjArgs(d, M.path_of, module, nullptr));
+      if (!path) return nullptr;
+    }
+  }
+  Ref level(PyObject_GetAttr(d, M.level));
+  if (!level) return nullptr;
+  int api_only = PyUnicode_Check(level.get()) ? PyUnicode_Compare(level.get(), M.api) == 0 : -1;
+  if (api_only < 0) { if (PyErr_Occurred()) return nullptr; return python(); }
+  Ref rec;
+  if (!api_only) {
+    if (!PyUnicode_Check(path.get())) return python();
+    Ref cls(PyObject_GetAttr((PyObject*)Py_TYPE(module), M.dunder_name));
+    if (!cls) return nullptr;
+    if (!PyUnicode_Check(cls.get())) return python();
+    Ref base(PyUnicode_GET_LENGTH(path.get()) ? PyUnicode_FromFormat("Module.%U.%U", path.get(), cls.get())
+                                              : PyUnicode_FromFormat("Module.%U", cls.get()));
+    if (!base) return nullptr;
+    if (!set_busy(d, true)) return nullptr;
+    bool grad_on = at::GradMode::is_enabled();
+    bool ok;
+    {
+      NoTorchFunction quiet;
+      rec.reset(new_rec(d, base.get(), path.get(), Py_None, stack.get(), cls.get()));
+      ok = (bool)rec;
+      if (ok) {
+        Ref none_on(PyList_New(0));  // _autocast_devices(): none
+        ok = none_on && PyObject_SetAttr(rec.get(), M.ac, none_on.get()) == 0;
+      }
+      int backward = ok ? attr_true(d, M.backward) : 0;
+      ok = ok && backward >= 0 && inputs_core(d, rec.get(), args, backward && grad_on);
+      if (ok && PyDict_GET_SIZE(kwargs)) {
+        Ref r(PyObject_CallMethodObjArgs(d, M.record_kwargs, rec.get(), kwargs,
+                                         backward && grad_on ? Py_True : Py_False, nullptr));
+        ok = (bool)r;
+      }
+      if (ok) {
+        Ref r(PyObject_CallMethodObjArgs(d, M.record_params, rec.get(), module, nullptr));
+        ok = (bool)r;
+      }
+    }
+    if (!set_busy(d, false) || !ok) return nullptr;
+  }
+  Ref entry(PyTuple_Pack(3, module, path.get(), rec ? rec.get() : Py_None));
+  if (!entry || PyList_Append(stack.get(), entry.get()) < 0) return nullptr;
+  Py_RETURN_NONE;
+}
+
+// Dumper._post_hook(module, args, kwargs, output): _end for a module recorded without autocast and without lazy
+// parameters; the rest in Python. Bound to the dumper.
+PyObject* post_hook(PyObject* d, PyObject* const* a, Py_ssize_t n) {
+  if (n != 4) { PyErr_SetString(PyExc_TypeError, "the post-hook takes 4 arguments"); return nullptr; }
+  PyObject *module = a[0], *out = a[3];
+  Ref stack(PyObject_GetAttr(d, M.stack));
+  if (!stack) return nullptr;
+  if (!PyList_Check(stack.get())) return PyObject_CallMethodObjArgs(d, M.post_hook, module, a[1], a[2], out, nullptr);
+  // pop to this module (a failed inner call may have left entries behind)
+  Ref rec;
+  bool found = false;
+  while (PyList_GET_SIZE(stack.get())) {
+    Py_ssize_t last = PyList_GET_SIZE(stack.get()) - 1;
+    Ref e(PyList_GET_ITEM(stack.get(), last));
+    Py_INCREF(e.get());
+    if (PyList_SetSlice(stack.get(), last, last + 1, nullptr) < 0) return nullptr;
+    if (!PyTuple_Check(e.get()) || PyTuple_GET_SIZE(e.get()) != 3) {
+      PyErr_SetString(PyExc_TypeError, "fastrec: a stack entry");
+      return nullptr;
+    }
+    if (PyTuple_GET_ITEM(e.get(), 0) == module) {
+      rec.reset(PyTuple_GET_ITEM(e.get(), 2));
+      Py_INCREF(rec.get());
+      found = true;
+      break;
+    }
+  }
+  if (!found || rec.get() == Py_None) Py_RETURN_NONE;
+  int rec_on = attr_true(d, M.recording);
+  if (rec_on <= 0) { if (rec_on < 0) return nullptr; Py_RETURN_NONE; }
+  Ref lazy(PyObject_GetAttr(rec.get(), M.lazy)), ac(PyObject_GetAttr(rec.get(), M.ac));
+  if (!lazy || !ac) return nullptr;
+  int ac_on = PyObject_IsTrue(ac.get());
+  if (ac_on < 0) return nullptr;
+  if (ac_on || lazy.get() != Py_None) {  // Dumper._end: autocast off around it, lazy parameters first
+    Ref r(PyObject_CallMethodObjArgs(d, M.end, rec.get(), out, nullptr));
+    if (!r) return nullptr;
+    Py_RETURN_NONE;
+  }
+  if (!set_busy(d, true)) return nullptr;
+  bool ok;
+  {
+    bool grad_on = at::GradMode::is_enabled();
+    NoTorchFunction quiet;
+    ok = end_rec(d, rec.get(), out, nullptr, grad_on);
+  }
+  if (!set_busy(d, false) || !ok) return nullptr;
+  Py_RETURN_NONE;
+}
+
+PyMethodDef hook_defs[2] = {
+  {"pre_hook", (PyCFunction)(void (*)(void))pre_hook, METH_FASTCALL, "the dump's module pre-hook (fastrec.cpp)"},
+  {"post_hook", (PyCFunction)(void (*)(void))post_hook, METH_FASTCALL, "the dump's module hook (fastrec.cpp)"},
+};
+
+// module_hooks(dumper): (pre, post), the module hooks bound to `dumper`
+PyObject* module_hooks(PyObject*, PyObject* d) {
+  if (!C.py_handler) { PyErr_SetString(PyExc_RuntimeError, "fastrec: mode_connect() first"); return nullptr; }
+  Ref pre(PyCFunction_NewEx(&hook_defs[0], d, nullptr)), post(PyCFunction_NewEx(&hook_defs[1], d, nullptr));
+  if (!pre || !post) return nullptr;
+  return PyTuple_Pack(2, pre.get(), post.get());
 }
 
 PyMethodDef handler_def = {"__torch_function__", (PyCFunction)(void (*)(void))handler,
@@ -881,10 +1112,14 @@ PyObject* mode_connect(PyObject*, PyObject* args) {
   if (!M.d) {
     const char* names[] = {"d", "_busy", "_recording", "_stack", "_in_optimizer", "skip_optimizer", "scope",
                            "_counts", "_recs", "name", "source", "outputs", "backward", "_end_body",
-                           "_record_kwargs", "api", "forward", "input", "_DEFER_OUTPUTS", "ascendify.emulator", "kind"};
+                           "_record_kwargs", "api", "forward", "input", "_DEFER_OUTPUTS", "ascendify.emulator", "kind", "module", "_paths", "_seen", "_storage",
+                           "_params_seen", "level", "_record_params", "_pre_hook", "_post_hook", "lazy", "ac", "_end",
+                           "_path_of", "__name__"};
     PyObject** slots[] = {&M.d, &M.busy, &M.recording, &M.stack, &M.in_optimizer, &M.skip_optimizer, &M.scope,
                           &M.counts, &M.recs, &M.name, &M.source, &M.outputs, &M.backward, &M.end_body,
-                          &M.record_kwargs, &M.api, &M.forward, &M.input, &M.defer_outputs, &M.emulator, &M.kind};
+                          &M.record_kwargs, &M.api, &M.forward, &M.input, &M.defer_outputs, &M.emulator, &M.kind, &M.module, &M.paths, &M.seen_,
+                          &M.storage_, &M.params_seen, &M.level, &M.record_params, &M.pre_hook, &M.post_hook,
+                          &M.lazy, &M.ac, &M.end, &M.path_of, &M.dunder_name};
     static_assert(sizeof(names) / sizeof(names[0]) == sizeof(slots) / sizeof(slots[0]));
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
       *slots[i] = PyUnicode_InternFromString(names[i]);
@@ -912,9 +1147,10 @@ PyObject* mode_handler(PyObject*, PyObject* mode) {
 
 // init(kernel addresses (3, 0 where none), torch.Tensor, torch.nn.Parameter)
 PyObject* init(PyObject*, PyObject* args) {
-  unsigned long long k0, k1, k2; PyObject *tt, *pt;
-  if (!PyArg_ParseTuple(args, "(KKK)OO", &k0, &k1, &k2, &tt, &pt)) return nullptr;
+  unsigned long long k0, k1, k2, of = 0; PyObject *tt, *pt;
+  if (!PyArg_ParseTuple(args, "(KKK)OO|K", &k0, &k1, &k2, &tt, &pt, &of)) return nullptr;
   kinds[0] = (vec_fn)(uintptr_t)k0; kinds[1] = (vec_fn)(uintptr_t)k1; kinds[2] = (vec_fn)(uintptr_t)k2;
+  offsets_fn = (offs_fn)(uintptr_t)of;
   Py_INCREF(tt); Py_INCREF(pt);
   plain_types[0] = tt; plain_types[1] = pt;
   if (!cpu_name) cpu_name = PyUnicode_InternFromString("cpu");
@@ -1318,6 +1554,7 @@ PyMethodDef methods[] = {
 #ifdef FASTREC_MODE
   {"mode_connect", (PyCFunction)mode_connect, METH_VARARGS, "the dumper's tables for the mode's handler"},
   {"mode_handler", (PyCFunction)mode_handler, METH_O, "the mode's handler, bound to a mode"},
+  {"module_hooks", (PyCFunction)module_hooks, METH_O, "the module hooks, bound to a dumper"},
 #endif
   {nullptr, nullptr, 0, nullptr},
 };

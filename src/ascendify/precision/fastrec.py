@@ -64,7 +64,9 @@ def functions(build_if_missing: bool = True):
         for name in ("vec_f32", "vec_bf16", "vec_f16"):
             fn = getattr(lib, name, None) if lib is not None else None
             addrs.append(ctypes.cast(fn, ctypes.c_void_p).value or 0 if fn is not None else 0)
-        mod.init(tuple(addrs), torch.Tensor, torch.nn.Parameter)
+        offs = getattr(lib, "offsets", None) if lib is not None else None
+        mod.init(tuple(addrs), torch.Tensor, torch.nn.Parameter,
+                 ctypes.cast(offs, ctypes.c_void_p).value or 0 if offs is not None else 0)
         _ready = True
     return mod.probe, mod.fill
 
@@ -92,6 +94,13 @@ def mode_handler(py_handler, api_cache, operator_table, operator_forms, copy_ops
     mod.mode_connect(py_handler, api_cache, operator_table, operator_forms, copy_ops, split_ops, sys.modules,
                      any_autocast, rec_class, caller, dumper_globals)
     return mod.mode_handler
+
+
+def module_hooks():
+    """``module_hooks(dumper)``: the dump's module hooks in C++ bound to ``dumper``, ``(pre, post)``, or None. Call
+    after :func:`mode_handler` connected it."""
+    mod = _EXT.module(build_if_missing=False) if _EXT.loaded() else None
+    return getattr(mod, "module_hooks", None) if mod is not None and _ready else None
 
 
 def entries():
