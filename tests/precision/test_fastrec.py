@@ -453,6 +453,9 @@ class _Nested(nn.Module):
         self.lazy = nn.LazyLinear(6)  # its parameters have a shape once it runs (recorded as it returns)
         self.pair = _Pair()
         self.fails = _Fails()
+        self.tied = nn.Linear(6, 6)
+        self.tied.weight = self.out.weight  # one parameter in two modules: read once a top-level call
+        self.out.bias.requires_grad_(False)  # a frozen parameter: no gradient hook
 
     def forward(self, x):
         h = self.inner(x) * 0.5
@@ -462,7 +465,7 @@ class _Nested(nn.Module):
             pass
         a, b = self.pair(h, scale=2.0)
         built = nn.Identity()  # built on the fly: named after its class under its caller
-        return self.out(built(torch.relu(a) + b + x.mean(dim=0, keepdim=True))) + self.lazy(x)
+        return self.out(built(torch.relu(a) + b + x.mean(dim=0, keepdim=True))) + self.lazy(x) + self.tied(h)
 
 
 def _handler_dump(tmp_path, name: str, c_handler: bool, **kw) -> tuple[dict, int]:

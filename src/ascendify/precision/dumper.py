@@ -1062,11 +1062,14 @@ class Dumper:
                 meta = _meta(p)
                 rec.params[pname] = (meta, self._stat(p))
             if self.backward and meta[2] and id(p) not in self._param_handles:
-                self._param_handles[id(p)] = _add_grad_hook(p, self._param_grad_hook(rec.module_path, rec.class_name,
-                                                                                     pname))
+                self._hook_param(rec, pname, p)
         if rec.lazy is not None:  # the module returned: parameters in the module's order
             rec.params = {n: rec.params[n] for n in module._parameters if n in rec.params}
         rec.lazy = module if lazy and rec.lazy is None else None
+
+    def _hook_param(self, rec: _Rec, pname: str, p: torch.nn.Parameter) -> None:
+        """The gradient hook of a module's parameter (one per parameter for the whole dump)."""
+        self._param_handles[id(p)] = _add_grad_hook(p, self._param_grad_hook(rec.module_path, rec.class_name, pname))
 
     def _post_hook(self, module, args, kwargs, output):
         if not self._stack:

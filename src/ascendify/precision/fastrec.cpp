@@ -290,7 +290,7 @@ struct Ref {  // an owned reference
 struct Names {
   PyObject *seen, *storage, *table, *keeps, *param_stat, *stat_new, *keep, *pending, *n, *cap, *host, *base, *none,
       *next, *fill, *value, *watch_list, *watch_grad, *item_graph_py, *args, *output, *cfill, *plans, *pu1_host,
-      *dev, *fill_view;
+      *dev, *fill_view, *stack, *params_seen;
 } N;
 PyObject* stats_globals = nullptr;  // the stats module's dict (its _cfill, _plans, _pu1_host)
 PyObject* own_fill = nullptr;       // this module's fill, as stats._cfill holds it when the recorder is on
@@ -306,11 +306,11 @@ PyObject* connect(PyObject*, PyObject* args) {
     const char* names[] = {"_seen", "_storage", "_table", "_keeps", "_param_stat", "_stat_new", "_keep", "pending",
                            "n", "_cap", "_host", "_base", "_none", "_next", "_fill", "_value", "_watch_list",
                            "_watch_grad", "_item_graph_py", "args", "output", "_cfill", "_plans", "_pu1_host", "_dev",
-                           "_fill_view"};
+                           "_fill_view", "_stack", "_params_seen"};
     PyObject** slots[] = {&N.seen, &N.storage, &N.table, &N.keeps, &N.param_stat, &N.stat_new, &N.keep, &N.pending,
                           &N.n, &N.cap, &N.host, &N.base, &N.none, &N.next, &N.fill, &N.value, &N.watch_list,
                           &N.watch_grad, &N.item_graph_py, &N.args, &N.output, &N.cfill, &N.plans, &N.pu1_host, &N.dev,
-                          &N.fill_view};
+                          &N.fill_view, &N.stack, &N.params_seen};
     static_assert(sizeof(names) / sizeof(names[0]) == sizeof(slots) / sizeof(slots[0]));
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
       *slots[i] = PyUnicode_InternFromString(names[i]);
@@ -333,6 +333,46 @@ PyObject* stats_get(PyObject* name) {
   PyObject* v = PyDict_GetItemWithError(stats_globals, name);
   if (!v && !PyErr_Occurred()) PyErr_Format(PyExc_AttributeError, "fastrec: stats has no %U", name);
   return v;
+}
+
+// StatTable._next: the next row's index (a new reference), its number and the table's base address
+PyObject* next_row(PyObject* table, long long* i, unsigned long long* b) {
+  Ref n(PyObject_GetAttr(table, N.n)), cap(PyObject_GetAttr(table, N.cap)), host(PyObject_GetAttr(table, N.host)),
+      base(PyObject_GetAttr(table, N.base));
+  if (!n || !cap || !host || !base) return nullptr;
+  *i = PyLong_AsLongLong(n.get());
+  long long c = PyLong_AsLongLong(cap.get());
+  if (PyErr_Occurred()) return nullptr;
+  Ref idx;
+  if (host.get() == Py_None || *i == c) {
+    idx.reset(PyObject_CallMethodNoArgs(table, N.next));
+    if (!idx) return nullptr;
+    base.reset(PyObject_GetAttr(table, N.base));  // made or grown
+    if (!base) return nullptr;
+    *i = PyLong_AsLongLong(idx.get());
+    if (PyErr_Occurred()) return nullptr;
+  } else {
+    Ref next(PyLong_FromLongLong(*i + 1));
+    if (!next || PyObject_SetAttr(table, N.n, next.get()) < 0) return nullptr;
+    idx.reset(n.release());
+  }
+  *b = PyLong_AsUnsignedLongLong(base.get());
+  if (PyErr_Occurred()) return nullptr;
+  return idx.release();
+}
+
+// the kernel call's plans (stats._plans, borrowed, held by `held`) and whether privateuse1 is host memory (`pu1`)
+bool kernel_args(PyObject** plans, Ref& held, Ref& pu1) {
+  *plans = stats_get(N.plans);
+  PyObject* pu1_fn = *plans ? stats_get(N.pu1_host) : nullptr;
+  if (PyErr_Occurred() || !*plans || !PyDict_Check(*plans) || !pu1_fn) {
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "fastrec: stats._plans is not a dict");
+    return false;
+  }
+  Py_INCREF(*plans);  // held across _pu1_host(), which runs Python
+  held.reset(*plans);
+  pu1.reset(PyObject_CallNoArgs(pu1_fn));
+  return (bool)pu1;
 }
 
 // Dumper._stat_new for a tensor whose memory no valid entry of _storage names, on a table without a deferred row,
@@ -388,35 +428,13 @@ PyObject* stat_new(PyObject* d, PyObject* o, const Reads& r, PyObject* id, PyObj
     return PyObject_CallMethodObjArgs(d, N.stat_new, o, ver, skey.get(), defer ? Py_True : Py_False, nullptr);
 
   // StatTable.add: the next row (StatTable._next when the table must be made or grown), the kernel
-  Ref n(PyObject_GetAttr(table.get(), N.n)), cap(PyObject_GetAttr(table.get(), N.cap)),
-      host(PyObject_GetAttr(table.get(), N.host)), base(PyObject_GetAttr(table.get(), N.base));
-  if (!n || !cap || !host || !base) return nullptr;
-  long long i = PyLong_AsLongLong(n.get()), c = PyLong_AsLongLong(cap.get());
-  if (PyErr_Occurred()) return nullptr;
-  Ref idx;
-  if (host.get() == Py_None || i == c) {
-    idx.reset(PyObject_CallMethodNoArgs(table.get(), N.next));
-    if (!idx) return nullptr;
-    base.reset(PyObject_GetAttr(table.get(), N.base));  // made or grown
-    if (!base) return nullptr;
-    i = PyLong_AsLongLong(idx.get());
-    if (PyErr_Occurred()) return nullptr;
-  } else {
-    Ref next(PyLong_FromLongLong(i + 1));
-    if (!next || PyObject_SetAttr(table.get(), N.n, next.get()) < 0) return nullptr;
-    idx.reset(n.release());
-  }
-  unsigned long long b = PyLong_AsUnsignedLongLong(base.get());
-  PyObject* plans = stats_get(N.plans);
-  PyObject* pu1_fn = plans ? stats_get(N.pu1_host) : nullptr;
-  if (PyErr_Occurred() || !plans || !PyDict_Check(plans) || !pu1_fn) {
-    if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "fastrec: stats._plans is not a dict");
-    return nullptr;
-  }
-  Ref held(plans);  // held across _pu1_host(), which runs Python
-  Py_INCREF(plans);
-  Ref pu1(PyObject_CallNoArgs(pu1_fn));
-  if (!pu1) return nullptr;
+  long long i;
+  unsigned long long b;
+  Ref idx(next_row(table.get(), &i, &b));
+  if (!idx) return nullptr;
+  PyObject* plans;
+  Ref held, pu1;
+  if (!kernel_args(&plans, held, pu1)) return nullptr;
   const float* head = view ? (const float*)(uintptr_t)(b + (unsigned long long)(view_row * row_bytes)) : nullptr;
   int got = fill_core(o, (float*)(uintptr_t)(b + (unsigned long long)(i * row_bytes)), head, plans,
                       pu1.get() == Py_True, defer && !view ? defer_min : 0);
@@ -475,6 +493,58 @@ PyObject* stat_new(PyObject* d, PyObject* o, const Reads& r, PyObject* id, PyObj
   return idx.release();
 }
 
+// Dumper._param_stat(t, key, ver): a parameter's row (a leaf that requires grad; no weak reference to it), once per
+// top-level call; a table with a deferred row, or a replaced stats._cfill: the Python method
+PyObject* param_stat(PyObject* d, PyObject* o, PyObject* key, PyObject* ver) {
+  auto python = [&]() { return PyObject_CallMethodObjArgs(d, N.param_stat, o, key, ver, nullptr); };
+  Ref stack(PyObject_GetAttr(d, N.stack)), seen(PyObject_GetAttr(d, N.params_seen)), table(PyObject_GetAttr(d, N.table));
+  if (!stack || !seen || !table) return nullptr;
+  if (!PyList_Check(stack.get()) || !PyDict_Check(seen.get())) return python();
+  bool inside = PyList_GET_SIZE(stack.get()) > 0;
+  if (inside) {
+    PyObject* hit = PyDict_GetItemWithError(seen.get(), key);
+    if (!hit && PyErr_Occurred()) return nullptr;
+    if (hit) {
+      if (!PyTuple_Check(hit) || PyTuple_GET_SIZE(hit) != 2) return python();
+      int eq = PyObject_RichCompareBool(PyTuple_GET_ITEM(hit, 0), ver, Py_EQ);
+      if (eq < 0) return nullptr;
+      if (eq) { Py_INCREF(PyTuple_GET_ITEM(hit, 1)); return PyTuple_GET_ITEM(hit, 1); }
+    }
+  }
+  Ref pending(PyObject_GetAttr(table.get(), N.pending));
+  if (!pending) return nullptr;
+  PyObject* cfill = stats_get(N.cfill);
+  if (!cfill) return nullptr;
+  if (pending.get() != Py_None || cfill != own_fill) return python();
+  long long i;
+  unsigned long long b;
+  Ref idx(next_row(table.get(), &i, &b));
+  if (!idx) return nullptr;
+  PyObject* plans;
+  Ref held, pu1;
+  if (!kernel_args(&plans, held, pu1)) return nullptr;
+  int got = fill_core(o, (float*)(uintptr_t)(b + (unsigned long long)(i * row_bytes)), nullptr, plans,
+                      pu1.get() == Py_True, 0);
+  if (got < 0) return nullptr;
+  if (got == 0) {  // StatTable._fill, as add would
+    Ref done(PyObject_CallMethodObjArgs(table.get(), N.fill, o, idx.get(), Py_True, nullptr));
+    if (!done) return nullptr;
+  }
+  if (inside) {
+    Ref e(PyTuple_Pack(2, ver, idx.get()));
+    if (!e || PyDict_SetItem(seen.get(), key, e.get()) < 0) return nullptr;
+  }
+  Ref keeps(PyObject_GetAttr(d, N.keeps));
+  if (!keeps) return nullptr;
+  int k = PyObject_IsTrue(keeps.get());
+  if (k < 0) return nullptr;
+  if (k) {
+    Ref kept(PyObject_CallMethodObjArgs(d, N.keep, o, idx.get(), nullptr));
+    if (!kept) return nullptr;
+  }
+  return idx.release();
+}
+
 // Dumper._stat_probed: the row of the tensor, from _seen when it was summarised at this version
 PyObject* stat_probed(PyObject* d, PyObject* o, const Reads& r, bool defer) {
   Ref id(PyLong_FromVoidPtr(o));
@@ -483,7 +553,7 @@ PyObject* stat_probed(PyObject* d, PyObject* o, const Reads& r, bool defer) {
     return PyObject_CallMethodObjArgs(d, N.stat_new, o, Py_None, Py_None, defer ? Py_True : Py_False, nullptr);
   Ref ver(PyLong_FromLongLong(r.version));
   if (!ver) return nullptr;
-  if (r.leaf) return PyObject_CallMethodObjArgs(d, N.param_stat, o, id.get(), ver.get(), nullptr);
+  if (r.leaf) return param_stat(d, o, id.get(), ver.get());
   Ref seen(PyObject_GetAttr(d, N.seen));
   if (!seen) return nullptr;
   if (!PyDict_Check(seen.get())) { PyErr_SetString(PyExc_TypeError, "fastrec: Dumper._seen is not a dict"); return nullptr; }
@@ -618,7 +688,7 @@ PyObject* inputs(PyObject*, PyObject* const* a, Py_ssize_t n) {
 struct ModeNames {
   PyObject *d, *busy, *recording, *stack, *in_optimizer, *skip_optimizer, *scope, *counts, *recs, *name, *source,
       *outputs, *backward, *end_body, *record_kwargs, *api, *forward, *input, *defer_outputs, *emulator, *kind, *module, *paths, *seen_, *storage_, *params_seen,
-      *level, *record_params, *pre_hook, *post_hook, *lazy, *ac, *end, *path_of, *dunder_name;
+      *level, *record_params, *pre_hook, *post_hook, *lazy, *ac, *end, *path_of, *dunder_name, *parameters_, *params, *param_handles, *hook_param;
 } M;
 struct ModeConf {  // set by mode_connect (all owned)
   PyObject *py_handler, *api_cache, *opforms, *operator_forms, *copy_ops, *split_ops, *modules, *any_autocast,
@@ -933,6 +1003,59 @@ struct NoTorchFunction {
   ~NoTorchFunction() { at::impl::PythonTorchFunctionTLS::set_disabled_state(old); }
 };
 
+// Dumper._record_params(rec, module) for a module whose parameters are plain (no lazy one); from the first other
+// one on, the Python method (which skips those recorded)
+bool record_params(PyObject* d, PyObject* rec, PyObject* module) {
+  auto python = [&]() {
+    Ref r(PyObject_CallMethodObjArgs(d, M.record_params, rec, module, nullptr));
+    return (bool)r;
+  };
+  Ref params(PyObject_GetAttr(module, M.parameters_)), rp(PyObject_GetAttr(rec, M.params)),
+      lazy(PyObject_GetAttr(rec, M.lazy)), handles(PyObject_GetAttr(d, M.param_handles));
+  if (!params || !rp || !lazy || !handles) return false;
+  if (!PyDict_CheckExact(params.get()) || !PyDict_Check(rp.get()) || !PyDict_Check(handles.get()) ||
+      lazy.get() != Py_None)
+    return python();
+  int backward = attr_true(d, M.backward);
+  if (backward < 0) return false;
+  Ref items(PyDict_Items(params.get()));  // a list: Python runs below, which could change the dict
+  if (!items) return false;
+  for (Py_ssize_t j = 0; j < PyList_GET_SIZE(items.get()); j++) {
+    PyObject* kv = PyList_GET_ITEM(items.get(), j);
+    PyObject *name = PyTuple_GET_ITEM(kv, 0), *p = PyTuple_GET_ITEM(kv, 1);
+    if (p == Py_None) continue;
+    int had = PyDict_Contains(rp.get(), name);
+    if (had < 0) return false;
+    if (had) continue;
+    if (!plain(p)) return python();  // a lazy parameter (UninitializedParameter), a subclass
+    Reads r;
+    try {
+      const at::Tensor& t = THPVariable_Unpack(p);
+      if (!t.defined()) return python();
+      read_tensor(t, r);
+    } catch (const std::exception&) {
+      return python();
+    }
+    Ref meta(make_meta(r));
+    if (!meta) return false;
+    Ref idx(stat_probed(d, p, r, false));
+    if (!idx) return false;
+    Ref pair(PyTuple_Pack(2, meta.get(), idx.get()));
+    if (!pair || PyDict_SetItem(rp.get(), name, pair.get()) < 0) return false;
+    if (backward && r.requires_grad) {
+      Ref id(PyLong_FromVoidPtr(p));
+      if (!id) return false;
+      int hooked = PyDict_Contains(handles.get(), id.get());
+      if (hooked < 0) return false;
+      if (!hooked) {
+        Ref h(PyObject_CallMethodObjArgs(d, M.hook_param, rec, name, p, nullptr));
+        if (!h) return false;
+      }
+    }
+  }
+  return true;
+}
+
 // Dumper._pre_hook(module, args, kwargs) for the common module call (recording, no scope, autocast off); the rest,
 // and the parameters (_record_params), in Python. Bound to the dumper.
 PyObject* pre_hook(PyObject* d, PyObject* const* a, Py_ssize_t n) {
@@ -1013,10 +1136,7 @@ PyObject* pre_hook(PyObject* d, PyObject* const* a, Py_ssize_t n) {
                                          backward && grad_on ? Py_True : Py_False, nullptr));
         ok = (bool)r;
       }
-      if (ok) {
-        Ref r(PyObject_CallMethodObjArgs(d, M.record_params, rec.get(), module, nullptr));
-        ok = (bool)r;
-      }
+      ok = ok && record_params(d, rec.get(), module);
     }
     if (!set_busy(d, false) || !ok) return nullptr;
   }
@@ -1114,12 +1234,14 @@ PyObject* mode_connect(PyObject*, PyObject* args) {
                            "_counts", "_recs", "name", "source", "outputs", "backward", "_end_body",
                            "_record_kwargs", "api", "forward", "input", "_DEFER_OUTPUTS", "ascendify.emulator", "kind", "module", "_paths", "_seen", "_storage",
                            "_params_seen", "level", "_record_params", "_pre_hook", "_post_hook", "lazy", "ac", "_end",
-                           "_path_of", "__name__"};
+                           "_path_of", "__name__", "_parameters", "params", "_param_handles",
+                           "_hook_param"};
     PyObject** slots[] = {&M.d, &M.busy, &M.recording, &M.stack, &M.in_optimizer, &M.skip_optimizer, &M.scope,
                           &M.counts, &M.recs, &M.name, &M.source, &M.outputs, &M.backward, &M.end_body,
                           &M.record_kwargs, &M.api, &M.forward, &M.input, &M.defer_outputs, &M.emulator, &M.kind, &M.module, &M.paths, &M.seen_,
                           &M.storage_, &M.params_seen, &M.level, &M.record_params, &M.pre_hook, &M.post_hook,
-                          &M.lazy, &M.ac, &M.end, &M.path_of, &M.dunder_name};
+                          &M.lazy, &M.ac, &M.end, &M.path_of, &M.dunder_name, &M.parameters_, &M.params,
+                          &M.param_handles, &M.hook_param};
     static_assert(sizeof(names) / sizeof(names[0]) == sizeof(slots) / sizeof(slots[0]));
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
       *slots[i] = PyUnicode_InternFromString(names[i]);
