@@ -11,15 +11,18 @@ Here each is one call:
 * ``probe(t)``: ``(metadata, version or None, leaf that requires grad, memory key or None)``, or None for what it
   leaves to the Python path (a tensor subclass other than ``Parameter``: its ``__torch_function__`` may answer
   differently; an undefined tensor);
-* ``fill(t, row, head, plans, privateuse1_is_host, defer_min)``: the statistics kernel on a contiguous float32,
-  bfloat16 or float16 tensor in host memory whose fingerprint plan is built (``stats._plans``): 1; 2 where the
-  table may defer such a tensor (``StatTable.add``) and it is large enough; 0 for anything else, which the Python
-  path then handles as before;
+* ``fill(t, row, head, plans, privateuse1_is_host, defer_min)``: the statistics kernel on a float32, bfloat16 or
+  float16 tensor in host memory whose fingerprint plan is built (``stats._plans``), dense or strided (the samples'
+  offsets computed once per layout, as ``stats._offsets``): 1; 2 where the table may defer such a dense tensor
+  (``StatTable.add``) and it is large enough; 0 for anything else, which the Python path then handles as before;
 * ``item(dumper, t, key, defer)`` and ``inputs(dumper, rec, args, watch)``: ``Dumper._item_graph`` and the
   positional part of ``Dumper._record_inputs`` (the common case of a recorded call: a tensor seen earlier in the
-  step, or a new one the kernel reads), working on the dumper's own dictionaries and statistics table; the less
-  common branches (a parameter, a view of a summarised tensor, a deferred row, a non-tensor argument) call the
-  dumper's Python methods, so there is one implementation of each;
+  step, a new one the kernel reads, a view of a summarised tensor's memory, a parameter once per top-level call),
+  working on the dumper's own dictionaries and statistics table; the less common branches (a deferred row, a row
+  torch computed, a non-tensor argument) call the dumper's Python methods, so there is one implementation of each;
+* ``mode_handler(mode)`` and ``module_hooks(dumper)``: the torch-function mode's ``__torch_function__`` and the
+  module pre- and post-hook (``_ApiMode``, ``Dumper._pre_hook``/``_post_hook``, ``_record_params``) for the common
+  call (recording, no scope, autocast off, a function named before); the rest calls the Python ones;
 * ``entries(specs, rows, Fragment, data)``: a statistics step's forward entries of ``dump.json`` as JSON text
   (``msprobe_io._write_step``), which orjson writes as it is; the nodes it cannot write (a value of another type,
   keys nested deeper than one list) are left to the Python path, which wrote them all before.
