@@ -310,8 +310,9 @@ def test_item_records_what_the_python_path_records(tmp_path, mode, defer):
 
 @needs_fastrec
 def test_inputs_records_what_the_python_path_records(tmp_path):
-    """fastrec.inputs against the Python loop of Dumper._record_inputs: tensors, scalars, lists of tensors, a
-    tensor subclass, with gradient hooks on the non-leaf ones."""
+    """fastrec.inputs against the Python loop of Dumper._record_inputs: tensors, scalars (a float subclass), lists
+    of tensors, of scalars (a shape), of other things, a tensor subclass, with gradient hooks on the non-leaf
+    ones."""
     dumper._connect_fastrec()
     torch.manual_seed(2)
     w = torch.randn(5, 5, requires_grad=True)
@@ -320,7 +321,11 @@ def test_inputs_records_what_the_python_path_records(tmp_path):
     class Sub(torch.Tensor):
         pass
 
-    args = (h, 3, 2.5, None, [h, torch.ones(2)], torch.randn(3).as_subclass(Sub), w, torch.Size([2, 3]), "s")
+    class Num(float):
+        pass
+
+    args = (h, 3, 2.5, None, [h, torch.ones(2)], torch.randn(3).as_subclass(Sub), w, torch.Size([2, 3]), "s",
+            [1, 2], (4, True), [], [1, slice(1, 2)], Num(1.5), True)  # fmt: skip
     got = {}
     saved = dumper._cinputs
     for fast in (True, False):

@@ -1140,9 +1140,12 @@ class Dumper:
         targets = self._grad_targets.get(idx)
         if targets is None:
             targets = self._grad_targets[idx] = []
-            # a Python hook (not a C++ one: torch's CppFunctionTensorPreHook stops compiled autograd, nyi)
-            _add_grad_hook(t, self._grad_hook(targets))
+            self._hook_grad(t, targets)
         targets.append((rec, side, key))
+
+    def _hook_grad(self, t: torch.Tensor, targets: list) -> None:
+        # a Python hook (not a C++ one: torch's CppFunctionTensorPreHook stops compiled autograd, nyi)
+        _add_grad_hook(t, self._grad_hook(targets))
 
     def _grad_hook(self, targets: list):
         def hook(grad):

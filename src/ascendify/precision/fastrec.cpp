@@ -290,7 +290,7 @@ struct Ref {  // an owned reference
 struct Names {
   PyObject *seen, *storage, *table, *keeps, *param_stat, *stat_new, *keep, *pending, *n, *cap, *host, *base, *none,
       *next, *fill, *value, *watch_list, *watch_grad, *item_graph_py, *args, *output, *cfill, *plans, *pu1_host,
-      *dev, *fill_view, *stack, *params_seen;
+      *dev, *fill_view, *stack, *params_seen, *grad_targets, *hook_grad;
 } N;
 PyObject* stats_globals = nullptr;  // the stats module's dict (its _cfill, _plans, _pu1_host)
 PyObject* own_fill = nullptr;       // this module's fill, as stats._cfill holds it when the recorder is on
@@ -306,11 +306,11 @@ PyObject* connect(PyObject*, PyObject* args) {
     const char* names[] = {"_seen", "_storage", "_table", "_keeps", "_param_stat", "_stat_new", "_keep", "pending",
                            "n", "_cap", "_host", "_base", "_none", "_next", "_fill", "_value", "_watch_list",
                            "_watch_grad", "_item_graph_py", "args", "output", "_cfill", "_plans", "_pu1_host", "_dev",
-                           "_fill_view", "_stack", "_params_seen"};
+                           "_fill_view", "_stack", "_params_seen", "_grad_targets", "_hook_grad"};
     PyObject** slots[] = {&N.seen, &N.storage, &N.table, &N.keeps, &N.param_stat, &N.stat_new, &N.keep, &N.pending,
                           &N.n, &N.cap, &N.host, &N.base, &N.none, &N.next, &N.fill, &N.value, &N.watch_list,
                           &N.watch_grad, &N.item_graph_py, &N.args, &N.output, &N.cfill, &N.plans, &N.pu1_host, &N.dev,
-                          &N.fill_view, &N.stack, &N.params_seen};
+                          &N.fill_view, &N.stack, &N.params_seen, &N.grad_targets, &N.hook_grad};
     static_assert(sizeof(names) / sizeof(names[0]) == sizeof(slots) / sizeof(slots[0]));
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
       *slots[i] = PyUnicode_InternFromString(names[i]);
@@ -611,6 +611,71 @@ PyObject* item(PyObject*, PyObject* const* a, Py_ssize_t n) {
 }
 
 
+// dumper._scalar for None and the exact types bool, int, float, str: ScalarArg(type name, value, key)
+PyObject* scalar_cls = nullptr;  // precision.model.ScalarArg (mode_connect); null: Dumper._value does it
+PyObject* scalar_names[5];       // "NoneType", "bool", "int", "float", "str"
+PyObject* plain_scalar_name(PyObject* x) {
+  if (x == Py_None) return scalar_names[0];
+  if (PyBool_Check(x)) return scalar_names[1];
+  if (PyLong_CheckExact(x)) return scalar_names[2];
+  if (PyFloat_CheckExact(x)) return scalar_names[3];
+  if (PyUnicode_CheckExact(x)) return scalar_names[4];
+  return nullptr;
+}
+bool append_scalar(PyObject* x, PyObject* name, PyObject* key, PyObject* out) {
+  PyObject* argv[3] = {name, x, key};
+  Ref sa(PyObject_Vectorcall(scalar_cls, argv, 3, nullptr));
+  if (!sa) return false;
+  Ref it(PyTuple_Pack(3, key, sa.get(), Py_None));
+  return it && PyList_Append(out, it.get()) == 0;
+}
+
+// Dumper._value(x, key, out) where x is a plain scalar, or an exact list or tuple of them (a shape, a list of
+// dims: items "key.0", "key.1", ...): 1; 0 for anything else (Dumper._value's), -1 for an error
+int plain_values(PyObject* x, PyObject* key, PyObject* out) {
+  if (!scalar_cls) return 0;
+  if (PyObject* name = plain_scalar_name(x)) return append_scalar(x, name, key, out) ? 1 : -1;
+  if (!PyList_CheckExact(x) && !PyTuple_CheckExact(x)) return 0;
+  Py_ssize_t n = PySequence_Fast_GET_SIZE(x);
+  if (n == 0) return 0;
+  for (Py_ssize_t i = 0; i < n; i++)
+    if (!plain_scalar_name(PySequence_Fast_GET_ITEM(x, i))) return 0;
+  Ref items(PySequence_Tuple(x));  // (a list could change while ScalarArg's Python runs)
+  if (!items) return -1;
+  for (Py_ssize_t i = 0; i < n; i++) {
+    PyObject* v = PyTuple_GET_ITEM(items.get(), i);
+    Ref k(PyUnicode_FromFormat("%U.%zd", key, i));
+    if (!k || !append_scalar(v, plain_scalar_name(v), k.get(), out)) return -1;
+  }
+  return 1;
+}
+
+// Dumper._watch_grad(t, rec, side, key, idx): rec's backward node takes t's gradient; one hook per row
+// (Dumper._hook_grad makes it), the first time the row is watched
+bool watch_grad(PyObject* d, PyObject* t, PyObject* rec, PyObject* side, PyObject* key, PyObject* idx) {
+  Ref gt(idx == Py_None ? nullptr : PyObject_GetAttr(d, N.grad_targets));
+  if (idx != Py_None && !gt) return false;
+  if (idx == Py_None || !PyDict_Check(gt.get())) {
+    Ref w(PyObject_CallMethodObjArgs(d, N.watch_grad, t, rec, side, key, idx, nullptr));
+    return (bool)w;
+  }
+  PyObject* targets = PyDict_GetItemWithError(gt.get(), idx);
+  Ref held;
+  if (targets) {
+    Py_INCREF(targets);
+    held.reset(targets);
+  } else {
+    if (PyErr_Occurred()) return false;
+    held.reset(PyList_New(0));
+    if (!held || PyDict_SetItem(gt.get(), idx, held.get()) < 0) return false;
+    Ref h(PyObject_CallMethodObjArgs(d, N.hook_grad, t, held.get(), nullptr));
+    if (!h) return false;
+  }
+  if (!PyList_Check(held.get())) { PyErr_SetString(PyExc_TypeError, "fastrec: a gradient's targets"); return false; }
+  Ref entry(PyTuple_Pack(3, rec, side, key));
+  return entry && PyList_Append(held.get(), entry.get()) == 0;
+}
+
 // Dumper._record_inputs for the positional arguments `args` (keyword arguments: Python)
 bool inputs_core(PyObject* d, PyObject* rec, PyObject* args, bool watch) {
   // a tuple (the loop calls back into Python, which could change a list under it)
@@ -651,10 +716,12 @@ bool inputs_core(PyObject* d, PyObject* rec, PyObject* args, bool watch) {
       PyObject* row = PyTuple_Check(itm.get()) && PyTuple_GET_SIZE(itm.get()) == 3 ? PyTuple_GET_ITEM(itm.get(), 2)
                                                                                     : Py_None;
       if (watch && graph && row != Py_None) {
-        Ref w(PyObject_CallMethodObjArgs(d, N.watch_grad, x, rec, N.output, key.get(), row, nullptr));
-        if (!w) return false;
+        if (!watch_grad(d, x, rec, N.output, key.get(), row)) return false;
       }
     } else {
+      int done = plain_values(x, key.get(), out.get());  // ints, floats, a shape: no Python frame
+      if (done < 0) return false;
+      if (done) continue;
       Ref v(PyObject_CallMethodObjArgs(d, N.value, x, key.get(), out.get(), nullptr));
       if (!v) return false;
       if (watch && (PyList_Check(x) || PyTuple_Check(x))) {
@@ -884,8 +951,7 @@ bool end_rec(PyObject* d, PyObject* rec, PyObject* out, PyObject* api, bool grad
     int b = attr_true(d, M.backward);
     if (b < 0) return false;
     if (b) {
-      Ref w(PyObject_CallMethodObjArgs(d, N.watch_grad, out, rec, M.input, arg_keys[0], row, nullptr));
-      if (!w) return false;
+      if (!watch_grad(d, out, rec, M.input, arg_keys[0], row)) return false;
     }
   }
   return true;
@@ -1256,6 +1322,17 @@ PyObject* mode_connect(PyObject*, PyObject* args) {
   Py_XSETREF(C.skip_cache, cache);
   Py_INCREF(kernel_cache);
   Py_XSETREF(C.kernel_cache, kernel_cache);
+  PyObject* sa = PyDict_GetItemString(c.dumper_globals, "ScalarArg");
+  if (!sa) { PyErr_SetString(PyExc_TypeError, "fastrec: dumper has no ScalarArg"); return nullptr; }
+  if (!scalar_names[0]) {
+    const char* sn[5] = {"NoneType", "bool", "int", "float", "str"};
+    for (int i = 0; i < 5; i++) {
+      scalar_names[i] = PyUnicode_InternFromString(sn[i]);
+      if (!scalar_names[i]) return nullptr;
+    }
+  }
+  Py_INCREF(sa);
+  Py_XSETREF(scalar_cls, sa);
   Py_RETURN_NONE;
 }
 
