@@ -18,8 +18,9 @@ Here each is one call:
 * ``item(dumper, t, key, defer)`` and ``inputs(dumper, rec, args, watch)``: ``Dumper._item_graph`` and the
   positional part of ``Dumper._record_inputs`` (the common case of a recorded call: a tensor seen earlier in the
   step, a new one the kernel reads, a view of a summarised tensor's memory, a parameter once per top-level call),
-  working on the dumper's own dictionaries and statistics table; the less common branches (a deferred row, a row
-  torch computed, a non-tensor argument) call the dumper's Python methods, so there is one implementation of each;
+  working on the dumper's own dictionaries and statistics table, with the plain scalar arguments and the
+  gradient watches; the less common branches (a deferred row, a row torch computed, another kind of argument, the
+  making of a gradient hook) call the dumper's Python methods, so there is one implementation of each;
 * ``mode_handler(mode)`` and ``module_hooks(dumper)``: the torch-function mode's ``__torch_function__`` and the
   module pre- and post-hook (``_ApiMode``, ``Dumper._pre_hook``/``_post_hook``, ``_record_params``) for the common
   call (recording, no scope, autocast off, a function named before); the rest calls the Python ones;
