@@ -375,6 +375,20 @@ bool kernel_args(PyObject** plans, Ref& held, Ref& pu1) {
   return (bool)pu1;
 }
 
+// the end of _stat_new and _param_stat: tensor and checksum modes keep something of the tensor (Dumper._keep); the
+// row, released from `idx`, or nullptr with an error
+PyObject* kept_row(PyObject* d, PyObject* o, Ref& idx) {
+  Ref keeps(PyObject_GetAttr(d, N.keeps));
+  if (!keeps) return nullptr;
+  int k = PyObject_IsTrue(keeps.get());
+  if (k < 0) return nullptr;
+  if (k) {
+    Ref kept(PyObject_CallMethodObjArgs(d, N.keep, o, idx.get(), nullptr));
+    if (!kept) return nullptr;
+  }
+  return idx.release();
+}
+
 // Dumper._stat_new for a tensor whose memory no valid entry of _storage names, on a table without a deferred row,
 // with the C++ kernel call as stats._cfill: StatTable.add, then _remember; the rest is the Python method's
 PyObject* stat_new(PyObject* d, PyObject* o, const Reads& r, PyObject* id, PyObject* ver, bool defer,
@@ -482,15 +496,7 @@ PyObject* stat_new(PyObject* d, PyObject* o, const Reads& r, PyObject* id, PyObj
     PyErr_Clear();  // no weak reference to it: not remembered (as _remember)
   }
   }
-  Ref keeps(PyObject_GetAttr(d, N.keeps));
-  if (!keeps) return nullptr;
-  int k = PyObject_IsTrue(keeps.get());
-  if (k < 0) return nullptr;
-  if (k) {
-    Ref kept(PyObject_CallMethodObjArgs(d, N.keep, o, idx.get(), nullptr));
-    if (!kept) return nullptr;
-  }
-  return idx.release();
+  return kept_row(d, o, idx);
 }
 
 // Dumper._param_stat(t, key, ver): a parameter's row (a leaf that requires grad; no weak reference to it), once per
@@ -534,15 +540,7 @@ PyObject* param_stat(PyObject* d, PyObject* o, PyObject* key, PyObject* ver) {
     Ref e(PyTuple_Pack(2, ver, idx.get()));
     if (!e || PyDict_SetItem(seen.get(), key, e.get()) < 0) return nullptr;
   }
-  Ref keeps(PyObject_GetAttr(d, N.keeps));
-  if (!keeps) return nullptr;
-  int k = PyObject_IsTrue(keeps.get());
-  if (k < 0) return nullptr;
-  if (k) {
-    Ref kept(PyObject_CallMethodObjArgs(d, N.keep, o, idx.get(), nullptr));
-    if (!kept) return nullptr;
-  }
-  return idx.release();
+  return kept_row(d, o, idx);
 }
 
 // Dumper._stat_probed: the row of the tensor, from _seen when it was summarised at this version
@@ -593,6 +591,26 @@ int item_core(PyObject* d, PyObject* o, PyObject* key, bool defer, PyObject** it
   if (!*item) return -1;
   *graph = r.requires_grad && !r.leaf;
   return 1;
+}
+
+// Dumper._item_graph: (key, meta, row), a new reference, and *graph; the Python path where item_core leaves it
+PyObject* item_graph(PyObject* d, PyObject* o, PyObject* key, bool defer, bool* graph) {
+  PyObject* it = nullptr;
+  int got = item_core(d, o, key, defer, &it, graph);
+  if (got < 0) return nullptr;
+  if (got == 1) return it;
+  Ref res(PyObject_CallMethodObjArgs(d, N.item_graph_py, o, key, defer ? Py_True : Py_False, nullptr));
+  if (!res) return nullptr;
+  if (!PyTuple_Check(res.get()) || PyTuple_GET_SIZE(res.get()) != 2) {
+    PyErr_SetString(PyExc_TypeError, "fastrec: _item_graph_py gave no pair");
+    return nullptr;
+  }
+  int g = PyObject_IsTrue(PyTuple_GET_ITEM(res.get(), 1));
+  if (g < 0) return nullptr;
+  *graph = g;
+  PyObject* itm = PyTuple_GET_ITEM(res.get(), 0);
+  Py_INCREF(itm);
+  return itm;
 }
 
 // item(d, t, key, defer) -> ((key, meta, row), requires grad and not a leaf), or None: Dumper._item_graph's
@@ -694,24 +712,9 @@ bool inputs_core(PyObject* d, PyObject* rec, PyObject* args, bool watch) {
     int is_tensor = plain(x) ? 1 : PyObject_IsInstance(x, THPVariableClass);
     if (is_tensor < 0) return false;
     if (is_tensor) {
-      PyObject* it = nullptr;
       bool graph = false;
-      int got = item_core(d, x, key.get(), false, &it, &graph);
-      if (got < 0) return false;
-      Ref itm(it);
-      if (got == 0) {  // the Python path: ((key, meta, row), graph)
-        Ref res(PyObject_CallMethodObjArgs(d, N.item_graph_py, x, key.get(), nullptr));
-        if (!res) return false;
-        if (!PyTuple_Check(res.get()) || PyTuple_GET_SIZE(res.get()) != 2) {
-          PyErr_SetString(PyExc_TypeError, "fastrec: _item_graph_py gave no pair");
-          return false;
-        }
-        itm.reset(PyTuple_GET_ITEM(res.get(), 0));
-        Py_INCREF(itm.get());
-        int g = PyObject_IsTrue(PyTuple_GET_ITEM(res.get(), 1));
-        if (g < 0) return false;
-        graph = g;
-      }
+      Ref itm(item_graph(d, x, key.get(), false, &graph));
+      if (!itm) return false;
       if (PyList_Append(out.get(), itm.get()) < 0) return false;
       PyObject* row = PyTuple_Check(itm.get()) && PyTuple_GET_SIZE(itm.get()) == 3 ? PyTuple_GET_ITEM(itm.get(), 2)
                                                                                     : Py_None;
@@ -918,24 +921,9 @@ bool end_rec(PyObject* d, PyObject* rec, PyObject* out, PyObject* api, bool grad
     defer = PyObject_IsTrue(dv);
     if (defer < 0) return false;
   }
-  PyObject* it = nullptr;
   bool graph = false;
-  int got = item_core(d, out, arg_keys[0], defer, &it, &graph);
-  if (got < 0) return false;
-  Ref itm(it);
-  if (got == 0) {
-    Ref res(PyObject_CallMethodObjArgs(d, N.item_graph_py, out, arg_keys[0], defer ? Py_True : Py_False, nullptr));
-    if (!res) return false;
-    if (!PyTuple_Check(res.get()) || PyTuple_GET_SIZE(res.get()) != 2) {
-      PyErr_SetString(PyExc_TypeError, "fastrec: _item_graph_py gave no pair");
-      return false;
-    }
-    itm.reset(PyTuple_GET_ITEM(res.get(), 0));
-    Py_INCREF(itm.get());
-    int g = PyObject_IsTrue(PyTuple_GET_ITEM(res.get(), 1));
-    if (g < 0) return false;
-    graph = g;
-  }
+  Ref itm(item_graph(d, out, arg_keys[0], defer, &graph));
+  if (!itm) return false;
   Ref outs(PyObject_GetAttr(rec, M.outputs));
   if (!outs || PyList_Append(outs.get(), itm.get()) < 0) return false;
   PyObject* row = PyTuple_Check(itm.get()) && PyTuple_GET_SIZE(itm.get()) == 3 ? PyTuple_GET_ITEM(itm.get(), 2)
