@@ -570,3 +570,58 @@ def test_the_module_hooks_record_what_the_python_hooks_record(tmp_path, level):
     assert fast == slow
     nodes = fast["step0/rank0/dump.json"]["data"]
     assert ("Module.pair._Pair.forward.0" in nodes) == (level == "module")
+
+
+def _nodes_both_ways(tmp_path, program) -> tuple[dict, dict]:
+    """The node names of every dump.json ``program(root)`` writes, with the C++ handler and hooks, and with the
+    Python ones."""
+    dumper._connect_fastrec()
+    saved = (dumper._cmode, dumper._chooks)
+    got = []
+    for c in (True, False):
+        if not c:
+            dumper._cmode = dumper._chooks = None
+        root = tmp_path / ("c" if c else "py")
+        try:
+            program(root)
+        finally:
+            dumper._cmode, dumper._chooks = saved
+        got.append({str(p.relative_to(root)): list(json.loads(p.read_text())["data"])
+                    for p in sorted(root.rglob("dump.json"))})  # fmt: skip
+    return got[0], got[1]
+
+
+@needs_fastrec
+def test_a_dump_inside_another_names_operators_alike(tmp_path):
+    """Two dumps at once: the outer dump's handler is called from the inner one's, which is a frame when it is
+    Python's and none when it is C++'s. Both look past it to the program's instruction: Tensor.__mul__ in both
+    dumps, on the first call (named by the Python handler) and the next ones (the C++ handler's)."""
+    x = torch.randn(3)
+
+    def program(root):
+        with dump(None, root / "outer", level="api"), dump(None, root / "inner", level="api"):
+            for _ in range(2):
+                x * 2
+
+    fast, slow = _nodes_both_ways(tmp_path, program)
+    assert fast == slow
+    assert fast["outer/step0/rank0/dump.json"] == ["Tensor.__mul__.0.forward", "Tensor.__mul__.1.forward"]
+
+
+@needs_fastrec
+def test_a_deep_copy_of_a_dumped_model_records_alike(tmp_path):
+    """copy.deepcopy of a model under a dump (an EMA copy) keeps the hooks, which record into the same dump with
+    the C++ hooks and the Python ones (Dumper.__deepcopy__ is the dumper itself)."""
+    import copy
+
+    def program(root):
+        torch.manual_seed(0)
+        m = nn.Sequential(nn.Linear(4, 4))
+        with dump(m, root, level="module") as d:
+            m(torch.randn(2, 4))
+            copy.deepcopy(m)(torch.randn(2, 4))
+            assert copy.deepcopy(d) is d
+
+    fast, slow = _nodes_both_ways(tmp_path, program)
+    assert fast == slow
+    assert len(fast["step0/rank0/dump.json"]) == 4

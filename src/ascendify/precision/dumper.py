@@ -212,9 +212,21 @@ _display_cache: dict[str, str] = {}
 _kernel_cache: dict[str, bool] = {}
 
 
+def _program_frame(f):
+    """``f``, or the first frame below it that is not the mode's Python handler: in a dump inside another dump the
+    inner dump's handler (when it is Python's, not the C++ one, which is no frame) stands between the call and the
+    outer dump's handler."""
+    while f is not None and f.f_code is _HANDLER_CODE:
+        f = f.f_back
+    return f
+
+
 def _from_emulator_kernel(depth: int = 2) -> bool:
     """True when the torch call being handled was made by the emulator's kernel code, not by the program."""
-    fn = sys._getframe(depth).f_code.co_filename
+    f = _program_frame(sys._getframe(depth))
+    if f is None:
+        return False
+    fn = f.f_code.co_filename
     v = _kernel_cache.get(fn)
     if v is None:
         v = _kernel_cache[fn] = fn.startswith(_EMULATOR_KERNEL_CODE)
@@ -419,7 +431,7 @@ _OPERATOR_TABLE = {
 
 def _operator_form(info: tuple[str, str]) -> tuple[str, str]:
     try:
-        f = sys._getframe(2)  # the code that wrote the operator (C slot wrappers add no frame)
+        f = _program_frame(sys._getframe(2))  # the code that wrote the operator (C slot wrappers add no frame)
         code, i = f.f_code.co_code, f.f_lasti
         op, arg = code[i], code[i + 1]
     except (ValueError, IndexError, AttributeError):
@@ -463,6 +475,8 @@ class _ApiMode(TorchFunctionMode):
             d._end(rec, out)
         return out
 
+
+_HANDLER_CODE = _ApiMode.__torch_function__.__code__  # (_program_frame)
 
 # ---------------------------------------------------------------------------------------------------------------
 
@@ -688,6 +702,13 @@ class Dumper:
         if self._started:
             return self.step_index + 1
         return self.step_index + (1 if self._last_step_active else 0)
+
+    def __deepcopy__(self, memo) -> Dumper:
+        """Itself: a model deep-copied while it is dumped (an EMA copy) keeps its modules' hooks, which then record
+        into this dump, whether they are the C++ hooks (copied as they are) or the Python ones (bound methods,
+        copied with a copy of their dumper before this method: the whole dump state, the model included, and a
+        dumper that recorded what it never wrote)."""
+        return self
 
     def __enter__(self) -> Dumper:
         return self.start()

@@ -762,8 +762,25 @@ struct ModeNames {
 } M;
 struct ModeConf {  // set by mode_connect (all owned)
   PyObject *py_handler, *api_cache, *opforms, *operator_forms, *copy_ops, *split_ops, *modules, *any_autocast,
-      *rec_class, *skip, *skip_cache, *dumper_globals, *kernel_cache;
+      *rec_class, *skip, *skip_cache, *dumper_globals, *kernel_cache, *handler_code;
 } C = {};
+
+// dumper._program_frame(PyEval_GetFrame()): the calling code's frame (a new reference, or null), past the frames of
+// the Python handler of a dump this one runs inside (the C++ handler is no frame)
+PyFrameObject* program_frame() {
+  PyFrameObject* f = PyEval_GetFrame();
+  Py_XINCREF(f);
+  while (f) {
+    PyCodeObject* code = PyFrame_GetCode(f);
+    bool handler = (PyObject*)code == C.handler_code;
+    Py_DECREF(code);
+    if (!handler) break;
+    PyFrameObject* back = PyFrame_GetBack(f);
+    Py_DECREF(f);
+    f = back;
+  }
+  return f;
+}
 
 // getattr(o, name) is true (-1: an error)
 int attr_true(PyObject* o, PyObject* name) {
@@ -797,10 +814,11 @@ PyObject* fallback(PyObject* mode, PyObject* const* a, size_t nargsf, PyObject* 
 // msprobe's name for an operator written as one (``a * b``: Tensor.__mul__), from the calling code's instruction
 // (dumper._operator_form; the table dumper._OPERATOR_TABLE is built there): a borrowed info, or `info`
 PyObject* operator_form(PyObject* info) {
-  PyFrameObject* f = PyEval_GetFrame();
+  PyFrameObject* f = program_frame();
   if (!f) return info;
   PyCodeObject* code = PyFrame_GetCode(f);
   int lasti = PyFrame_GetLasti(f);
+  Py_DECREF(f);
   PyObject* bytes = PyCode_GetCode(code);
   Py_DECREF(code);
   if (!bytes) { PyErr_Clear(); return info; }
@@ -975,12 +993,13 @@ PyObject* handler(PyObject* mode, PyObject* const* a, size_t nargsf, PyObject* k
   int emu = PyDict_Contains(C.modules, M.emulator);
   if (emu < 0) return nullptr;
   if (emu) {  // the emulator is loaded: a call its kernel code made is not the program's (_from_emulator_kernel)
-    PyFrameObject* f = PyEval_GetFrame();
-    PyObject* known = nullptr;
+    PyFrameObject* f = program_frame();
+    PyObject* known = Py_False;  // no frame: the program's (as _from_emulator_kernel says)
     if (f) {
       PyCodeObject* code = PyFrame_GetCode(f);
       known = PyDict_GetItemWithError(C.kernel_cache, code->co_filename);
       Py_DECREF(code);
+      Py_DECREF(f);
       if (!known && PyErr_Occurred()) return nullptr;
     }
     if (known != Py_False) return fallback(mode, a, nargsf, kwnames);  // the kernel's, or a file not seen yet
@@ -1310,6 +1329,9 @@ PyObject* mode_connect(PyObject*, PyObject* args) {
   Py_XSETREF(C.skip_cache, cache);
   Py_INCREF(kernel_cache);
   Py_XSETREF(C.kernel_cache, kernel_cache);
+  PyObject* hcode = PyObject_GetAttrString(c.py_handler, "__code__");
+  if (!hcode) return nullptr;
+  Py_XSETREF(C.handler_code, hcode);
   PyObject* sa = PyDict_GetItemString(c.dumper_globals, "ScalarArg");
   if (!sa) { PyErr_SetString(PyExc_TypeError, "fastrec: dumper has no ScalarArg"); return nullptr; }
   if (!scalar_names[0]) {
