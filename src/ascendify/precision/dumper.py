@@ -216,9 +216,7 @@ def _program_frame(f):
     """``f``, or the first frame below it that is not the mode's Python handler: in a dump inside another dump the
     inner dump's handler (when it is Python's, not the C++ one, which is no frame) stands between the call and the
     outer dump's handler."""
-    while f is not None and f.f_code is _HANDLER_CODE:
-        f = f.f_back
-    return f
+    return frames.past_code(f, _HANDLER_CODE)
 
 
 def _from_emulator_kernel(depth: int = 2) -> bool:

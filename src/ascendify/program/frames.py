@@ -106,6 +106,14 @@ def user_frame(depth: int = 1, skip: Skip = TOOLS) -> FrameType | None:
     return None
 
 
+def past_code(f: FrameType | None, code) -> FrameType | None:
+    """``f``, or the first frame under it (towards its callers) that does not run ``code``: past a function's own
+    frames when it calls itself through torch (a dump's torch-function handler inside another dump's)."""
+    while f is not None and f.f_code is code:
+        f = f.f_back
+    return f
+
+
 _USER_ROOTS: list[str] = [os.path.abspath(p) for p in os.environ.get("ASCENDIFY_USER_CODE", "").split(os.pathsep)
                           if p]
 
