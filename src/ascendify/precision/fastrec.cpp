@@ -375,6 +375,21 @@ bool kernel_args(PyObject** plans, Ref& held, Ref& pu1) {
   return (bool)pu1;
 }
 
+// StatTable.add's row and kernel call: the next row into `idx`, then fill_core with the statistics of row `head`
+// (-1: none) and `dmin` (0: never deferred); fill_core's answer, -1 with an error
+int add_row(PyObject* table, PyObject* o, long long head, long long dmin, Ref& idx) {
+  long long i;
+  unsigned long long b;
+  idx.reset(next_row(table, &i, &b));
+  if (!idx) return -1;
+  PyObject* plans;
+  Ref held, pu1;
+  if (!kernel_args(&plans, held, pu1)) return -1;
+  const float* h = head >= 0 ? (const float*)(uintptr_t)(b + (unsigned long long)(head * row_bytes)) : nullptr;
+  return fill_core(o, (float*)(uintptr_t)(b + (unsigned long long)(i * row_bytes)), h, plans, pu1.get() == Py_True,
+                   dmin);
+}
+
 // the end of _stat_new and _param_stat: tensor and checksum modes keep something of the tensor (Dumper._keep); the
 // row, released from `idx`, or nullptr with an error
 PyObject* kept_row(PyObject* d, PyObject* o, Ref& idx) {
@@ -442,16 +457,8 @@ PyObject* stat_new(PyObject* d, PyObject* o, const Reads& r, PyObject* id, PyObj
     return PyObject_CallMethodObjArgs(d, N.stat_new, o, ver, skey.get(), defer ? Py_True : Py_False, nullptr);
 
   // StatTable.add: the next row (StatTable._next when the table must be made or grown), the kernel
-  long long i;
-  unsigned long long b;
-  Ref idx(next_row(table.get(), &i, &b));
-  if (!idx) return nullptr;
-  PyObject* plans;
-  Ref held, pu1;
-  if (!kernel_args(&plans, held, pu1)) return nullptr;
-  const float* head = view ? (const float*)(uintptr_t)(b + (unsigned long long)(view_row * row_bytes)) : nullptr;
-  int got = fill_core(o, (float*)(uintptr_t)(b + (unsigned long long)(i * row_bytes)), head, plans,
-                      pu1.get() == Py_True, defer && !view ? defer_min : 0);
+  Ref idx;
+  int got = add_row(table.get(), o, view ? view_row : -1, defer && !view ? defer_min : 0, idx);
   if (got < 0) return nullptr;
   if (view) {  // add_view's row; the rest of _fill_view (another dtype, no statistics) in Python
     if (got == 0) {
@@ -522,15 +529,8 @@ PyObject* param_stat(PyObject* d, PyObject* o, PyObject* key, PyObject* ver) {
   PyObject* cfill = stats_get(N.cfill);
   if (!cfill) return nullptr;
   if (pending.get() != Py_None || cfill != own_fill) return python();
-  long long i;
-  unsigned long long b;
-  Ref idx(next_row(table.get(), &i, &b));
-  if (!idx) return nullptr;
-  PyObject* plans;
-  Ref held, pu1;
-  if (!kernel_args(&plans, held, pu1)) return nullptr;
-  int got = fill_core(o, (float*)(uintptr_t)(b + (unsigned long long)(i * row_bytes)), nullptr, plans,
-                      pu1.get() == Py_True, 0);
+  Ref idx;
+  int got = add_row(table.get(), o, -1, 0, idx);
   if (got < 0) return nullptr;
   if (got == 0) {  // StatTable._fill, as add would
     Ref done(PyObject_CallMethodObjArgs(table.get(), N.fill, o, idx.get(), Py_True, nullptr));
@@ -615,10 +615,15 @@ PyObject* item_graph(PyObject* d, PyObject* o, PyObject* key, bool defer, bool* 
 
 // item(d, t, key, defer) -> ((key, meta, row), requires grad and not a leaf), or None: Dumper._item_graph's
 // answer, or the Python path's to give (a tensor subclass, an undefined tensor)
+// item's and inputs' arguments (d, x, y, flag): the flag's truth, or -1 with an error
+int fourth_flag(const char* name, PyObject* const* a, Py_ssize_t n) {
+  if (n != 4) { PyErr_Format(PyExc_TypeError, "%s takes 4 arguments", name); return -1; }
+  if (!stats_globals) { PyErr_SetString(PyExc_RuntimeError, "fastrec: connect() first"); return -1; }
+  return PyObject_IsTrue(a[3]);
+}
+
 PyObject* item(PyObject*, PyObject* const* a, Py_ssize_t n) {
-  if (n != 4) { PyErr_SetString(PyExc_TypeError, "item takes 4 arguments"); return nullptr; }
-  if (!stats_globals) { PyErr_SetString(PyExc_RuntimeError, "fastrec: connect() first"); return nullptr; }
-  int defer = PyObject_IsTrue(a[3]);
+  int defer = fourth_flag("item", a, n);
   if (defer < 0) return nullptr;
   PyObject* it = nullptr;
   bool graph = false;
@@ -738,9 +743,7 @@ bool inputs_core(PyObject* d, PyObject* rec, PyObject* args, bool watch) {
 
 // inputs(d, rec, args, watch): inputs_core as a function
 PyObject* inputs(PyObject*, PyObject* const* a, Py_ssize_t n) {
-  if (n != 4) { PyErr_SetString(PyExc_TypeError, "inputs takes 4 arguments"); return nullptr; }
-  if (!stats_globals) { PyErr_SetString(PyExc_RuntimeError, "fastrec: connect() first"); return nullptr; }
-  int watch = PyObject_IsTrue(a[3]);
+  int watch = fourth_flag("inputs", a, n);
   if (watch < 0) return nullptr;
   if (!inputs_core(a[0], a[1], a[2], watch)) return nullptr;
   Py_RETURN_NONE;
